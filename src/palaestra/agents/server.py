@@ -1,0 +1,64 @@
+"""An agent as a server: ``POST /run`` takes a task plus where its environment and model live, runs
+the whole rollout (session, agent loop, verify) and answers the rollout record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from palaestra.agents.base import Agent
+from palaestra.agents.tool_agent import ToolAgent
+from palaestra.client.env_client import HttpEnvClient
+from palaestra.core.errors import PalaestraError
+from palaestra.core.records import Task
+from palaestra.models.openai_http import OpenAIBackend
+from palaestra.rollout.runner import run_rollout
+from palaestra.server.http import JSON, error_response, from_exception, read_json
+from palaestra.server.model_proxy import ModelProxy
+
+
+def create_agent_app(agent: Agent | None = None) -> Starlette:
+    harness: Agent = agent or ToolAgent()
+    backends: dict[str, OpenAIBackend] = {}
+
+    async def run(request: Request) -> Response:
+        try:
+            body = await read_json(request, "POST /run")
+            if not isinstance(body, dict) or "task" not in body or "env_url" not in body \
+                    or "model_base_url" not in body:
+                return error_response("bad_request", "POST /run needs 'task', 'env_url' and 'model_base_url'",
+                                      400, 'send {"task": {...}, "env_url": "...", "model_base_url": "..."}')
+            task = Task.model_validate(body["task"])
+            base = str(body["model_base_url"])
+            backend = backends.get(base)
+            if backend is None:
+                backend = backends[base] = OpenAIBackend(base, model=body.get("model_name"))
+            env = HttpEnvClient(str(body["env_url"]), name=task.env)
+            try:
+                rollout = await run_rollout(
+                    task, env=env, agent=harness, proxy=ModelProxy(backend),
+                    model_name=str(body.get("model_name") or base),
+                    repeat=int(body.get("repeat", 0)), attempt=int(body.get("attempt", 0)),
+                    deadline_s=float(body.get("deadline_s", 600.0)), sampling=dict(body.get("sampling") or {}),
+                )
+            finally:
+                await env.aclose()
+            return JSON(rollout.model_dump(mode="json"))
+        except PalaestraError as exc:
+            return from_exception(exc, 400)
+
+    async def healthz(request: Request) -> Response:
+        return JSON({"status": "ok", "agent": harness.name})
+
+    async def info(request: Request) -> Any:
+        return JSON({"name": harness.name})
+
+    return Starlette(routes=[
+        Route("/run", run, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/info", info, methods=["GET"]),
+    ])

@@ -1,0 +1,96 @@
+"""``palaestra eval ...``: run, metrics, reverify."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from palaestra.cli.common import fail, guarded, run_async
+
+app = typer.Typer(no_args_is_help=True, help="Evaluations: run, metrics, reverify.")
+
+
+def _flags(**kw: Any) -> dict[str, Any]:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+@app.command("run")
+def run(
+    input: Optional[str] = typer.Option(None, "--input", "-i", help="Task file (JSONL or Parquet)."),
+    env: Optional[str] = typer.Option(None, "--env", "-e", help="Environment (alone: its bundled tasks)."),
+    limit: Optional[int] = typer.Option(None, help="Use only the first N tasks."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", "-k", help="Rollouts per task."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c", help="Rollouts in flight."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="scripted:POLICY | local[:PATH] | base URL."),
+    model_name: Optional[str] = typer.Option(None, help="Model name for an OpenAI-compatible endpoint."),
+    api_key_env: Optional[str] = typer.Option(None, help="Variable holding the API key (OPENAI_API_KEY)."),
+    agent: Optional[str] = typer.Option(None, help="Harness for rows that name none (tool)."),
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="Run directory."),
+    temperature: Optional[float] = typer.Option(None),
+    max_tokens: Optional[int] = typer.Option(None),
+    seed: Optional[int] = typer.Option(None),
+    max_attempts: Optional[int] = typer.Option(None, help="Attempts per rollout on infrastructure failure."),
+    deadline_s: Optional[float] = typer.Option(None, "--deadline", help="Seconds per rollout."),
+    placement: Optional[str] = typer.Option(None, help="inprocess | direct | local."),
+    skip_invalid: Optional[bool] = typer.Option(None, "--skip-invalid", help="Skip malformed rows (listed)."),
+    max_steps: Optional[int] = typer.Option(None, help="Agent step limit."),
+    config: Optional[str] = typer.Option(None, "--config", help="run.yaml with the same fields as the flags."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Finish the run in this directory."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Collect rollouts, journal them, and print metrics. Re-running with the same --out resumes."""
+    from palaestra.cli.progress import run_with_progress
+    from palaestra.rollout.config import resolve
+
+    flags = _flags(input=input, env=env, limit=limit, repeats=repeats, concurrency=concurrency, model=model,
+                   model_name=model_name, api_key_env=api_key_env, agent=agent, out=out,
+                   temperature=temperature, max_tokens=max_tokens, seed=seed, max_attempts=max_attempts,
+                   deadline_s=deadline_s, placement=placement, skip_invalid=skip_invalid, max_steps=max_steps)
+    if resume:
+        from palaestra.rollout.rundir import RUN_JSON, read_manifest
+
+        if not (Path(resume) / RUN_JSON).is_file():
+            fail(f"{resume} is not a run directory (no {RUN_JSON})", "give the --out directory of an earlier run")
+        base = read_manifest(Path(resume))["config"]
+        flags = {**{k: v for k, v in base.items() if v is not None}, **flags, "out": resume}
+    cfg, _ = guarded(resolve, flags, config)
+    run_with_progress(cfg, quiet=quiet)
+
+
+@app.command("metrics")
+def metrics(run_dir: str = typer.Argument(..., help="Run directory."),
+            as_json: bool = typer.Option(False, "--json")) -> None:
+    """Recompute metrics from the journal (also while the run is going)."""
+    from rich.console import Console
+
+    from palaestra.metrics.summary import format_table
+    from palaestra.rollout.collector import write_metrics
+    from palaestra.rollout.rundir import TASKS, read_manifest
+    from palaestra.rollout.tasks import read_tasks
+
+    d = Path(run_dir)
+    if not (d / TASKS).is_file():
+        fail(f"{run_dir} is not a run directory (no {TASKS})", "give the --out directory of a run")
+    m = write_metrics(d, read_tasks(d / TASKS), int(read_manifest(d).get("repeats", 1)))
+    if as_json:
+        typer.echo(json.dumps(m, indent=2))
+    else:
+        Console().print(format_table(m))
+
+
+@app.command("reverify")
+def reverify(run_dir: str = typer.Argument(..., help="Run directory."),
+             placement: str = typer.Option("inprocess")) -> None:
+    """Re-score stored rollouts with the current verifier (no model calls); write metrics and a diff."""
+    from rich.console import Console
+
+    from palaestra.metrics.summary import format_table
+    from palaestra.rollout.reverify import reverify_run
+
+    result = run_async(reverify_run(Path(run_dir), placement=placement))
+    Console().print(format_table(result.metrics, title="metrics after reverify"))
+    typer.echo(f"{result.checked} rollouts re-verified, {len(result.changed)} verdicts changed, "
+               f"{result.failed} failed; diff in {result.diff_path}")

@@ -1,0 +1,36 @@
+"""The ``palaestra`` command: thin typer commands over the Python API (no logic lives here).
+Heavy imports stay inside commands so ``palaestra --help`` and ``--version`` answer fast."""
+
+from __future__ import annotations
+
+import typer
+
+from palaestra.cli import env_cmds, eval_cmds, model_cmds
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Palaestra: evaluate LLM agents in stateful environments and collect RL rollouts.")
+app.add_typer(env_cmds.app, name="env")
+app.add_typer(model_cmds.app, name="model")
+app.add_typer(eval_cmds.app, name="eval")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from palaestra import __version__
+
+        typer.echo(f"palaestra {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Palaestra command line."""
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""The live view of a run: a rich progress bar (done, failed, rollouts/s, ETA) and the summary table."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from palaestra.cli.common import run_async
+from palaestra.core.records import Rollout
+from palaestra.metrics.summary import format_table
+from palaestra.rollout.collector import run_eval
+from palaestra.rollout.config import RunConfig
+
+
+def run_with_progress(cfg: RunConfig, quiet: bool = False) -> None:
+    console = Console(stderr=True)
+    progress = Progress(
+        TextColumn("[bold]collect"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("failed {task.fields[failed]}"), TextColumn("{task.fields[rate]:.1f} rollouts/s"),
+        TimeRemainingColumn(), console=console, disable=quiet, transient=False,
+    )
+    state = {"bar": None, "t0": time.perf_counter(), "done": 0, "failed": 0}
+
+    def on_start(total: int, already: int) -> None:
+        if already:
+            console.print(f"resuming: {already} of {total} rollouts already scored")
+        state["bar"] = progress.add_task("collect", total=total, completed=already, failed=0, rate=0.0)
+
+    def on_rollout(r: Rollout, final: bool) -> None:
+        if r.outcome.status != "scored":
+            state["failed"] += 1  # type: ignore[operator]
+        if final:
+            state["done"] += 1  # type: ignore[operator]
+            rate = state["done"] / max(time.perf_counter() - state["t0"], 1e-9)  # type: ignore[operator]
+            progress.update(state["bar"], advance=1, failed=state["failed"], rate=rate)  # type: ignore[arg-type]
+        else:
+            progress.update(state["bar"], failed=state["failed"])  # type: ignore[arg-type]
+
+    with progress:
+        result = run_async(run_eval(cfg, on_start=on_start, on_rollout=on_rollout))
+    for line in result.skipped_rows:
+        console.print(f"[yellow]skipped[/] {line}")
+    out = Console()
+    out.print(format_table(result.metrics, title=f"metrics — {result.run_dir}"))
+    out.print(f"run directory: {result.run_dir} (rollouts.jsonl, metrics.json, run.json); "
+              f"{result.collected} collected in {result.wall_s:.1f} s")

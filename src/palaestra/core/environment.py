@@ -1,0 +1,145 @@
+"""The environment authoring API: one Python class holds the tasks' tools, per-session state and the
+verifier. The framework turns it into a server (in-process, local process or on a cluster)."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from palaestra.core.errors import InvalidTask, UnknownTool
+from palaestra.core.records import Reference, Task, Trajectory, Verdict
+from palaestra.core.tools import ToolSpec, build_tool_spec, is_tool
+
+T = TypeVar("T")
+
+
+async def maybe_await(value: T | Awaitable[T]) -> T:
+    """Let authors write sync or async methods: await only what needs awaiting."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+class Environment:
+    """Subclass this. Override ``seed``, ``verify``, optionally ``reference`` and ``close``; mark tools
+    with ``@tool``. Methods may be sync or async. Bundled example tasks live in ``data/*.jsonl`` next to
+    the module (or wherever ``data_dir`` points)."""
+
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = "0.1"
+    description: ClassVar[str] = ""
+    domain: ClassVar[str] = "general"
+    mechanism: ClassVar[str] = "single-turn"
+    data_dir: ClassVar[str | Path | None] = None
+    system_prompt: ClassVar[str | None] = None
+
+    _tool_specs: ClassVar[dict[str, ToolSpec]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.name:
+            cls.name = cls.__name__.lower()
+        specs: dict[str, ToolSpec] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, fn in vars(klass).items():
+                if is_tool(fn):
+                    spec = build_tool_spec(cls, attr, fn)
+                    specs[spec.name] = spec
+        cls._tool_specs = specs
+
+    # ---- to override -------------------------------------------------------------------------
+    def seed(self, task: Task) -> Any:
+        """Per-session state from the task. The default state is the task itself."""
+        return task
+
+    def verify(self, state: Any, trajectory: Trajectory) -> Verdict | Awaitable[Verdict]:
+        raise NotImplementedError(f"{type(self).__name__} must implement verify(state, trajectory)")
+
+    def reference(self, task: Task) -> Reference | None:
+        """The gold tool calls and final answer, when known. Used by the oracle and ``env check``."""
+        return None
+
+    def close(self, state: Any) -> Any:
+        """Free what ``seed`` allocated (files, connections, sandboxes)."""
+        return None
+
+    def prompt(self, task: Task) -> list[dict[str, Any]]:
+        """The messages the model sees first. Ground truth in ``task.metadata`` never appears here."""
+        messages = task.messages()
+        if self.system_prompt and not any(m.get("role") == "system" for m in messages):
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        return messages
+
+    # ---- framework ---------------------------------------------------------------------------
+    def tool_specs(self) -> dict[str, ToolSpec]:
+        return self._tool_specs
+
+    def tool_schemas(self, task: Task | None = None) -> list[dict[str, Any]]:
+        return [spec.schema() for spec in self._tool_specs.values()]
+
+    async def call_tool(self, state: Any, name: str, arguments: Any) -> Any:
+        spec = self._tool_specs.get(name)
+        if spec is None:
+            raise UnknownTool(
+                f"unknown tool '{name}' in environment '{self.name}'",
+                hint=f"available tools: {', '.join(sorted(self._tool_specs)) or '(none)'}",
+            )
+        args = spec.validate(arguments)
+        method: Callable[..., Any] = getattr(self, spec.method_name)
+        return await maybe_await(method(state, **args))
+
+    def check_task(self, task: Task) -> None:
+        """Raise InvalidTask if a row lacks what this environment needs. Override to add checks."""
+        return None
+
+    @classmethod
+    def resolved_data_dir(cls) -> Path:
+        if cls.data_dir is not None:
+            return Path(cls.data_dir)
+        return Path(inspect.getfile(cls)).resolve().parent / "data"
+
+    def examples(self) -> list[Task]:
+        """The bundled example tasks, in file order."""
+        tasks: list[Task] = []
+        data = self.resolved_data_dir()
+        if not data.is_dir():
+            return tasks
+        for path in sorted(data.glob("*.jsonl")):
+            with path.open(encoding="utf-8") as fh:
+                for lineno, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise InvalidTask(
+                            f"{path.name}:{lineno}: not valid JSON ({exc.msg})",
+                            hint="fix the bundled data file",
+                        ) from None
+                    row.setdefault("env", self.name)
+                    tasks.append(Task.model_validate(row))
+        return tasks
+
+    @classmethod
+    def verifier_hash(cls) -> str:
+        """A short hash of the module's source: recorded in run.json so a changed verifier is visible."""
+        try:
+            source = inspect.getsource(inspect.getmodule(cls) or cls)
+        except (OSError, TypeError):
+            source = cls.__qualname__ + cls.version
+        return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "description": self.description or (inspect.getdoc(self) or "").split("\n\n")[0],
+            "domain": self.domain,
+            "mechanism": self.mechanism,
+            "tools": self.tool_schemas(),
+            "verifier_hash": self.verifier_hash(),
+        }

@@ -1,0 +1,164 @@
+"""The records every part of Palaestra exchanges: tasks, references, verdicts, trajectories, rollouts.
+
+One schema module shared by clients and servers, so a field means the same thing everywhere. Chat
+messages stay plain OpenAI-style dicts: every backend and harness already speaks that shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Message = dict[str, Any]
+
+
+class Record(BaseModel):
+    """Base for records: unknown fields are kept, so newer writers never lose data on older readers."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Task(Record):
+    """One JSONL row. ``metadata`` is verifier-only ground truth and is never shown to the model."""
+
+    id: str
+    env: str = ""
+    agent: str | None = None
+    model: str | None = None
+    input: str | list[Message] = ""
+    tools: list[dict[str, Any]] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    tags: list[str] = Field(default_factory=list)
+
+    def messages(self) -> list[Message]:
+        """The task input as chat messages (a prompt string becomes one user message)."""
+        if isinstance(self.input, str):
+            return [{"role": "user", "content": self.input}]
+        return [dict(m) for m in self.input]
+
+
+class ToolCall(Record):
+    """A tool call as the model asked for it (arguments already decoded from JSON)."""
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+
+class Reference(Record):
+    """What a perfect agent would do: tool calls in order (one per turn) and the final answer."""
+
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    final_answer: str | None = None
+
+
+class Verdict(Record):
+    """The verifier's judgement. ``answer`` is the extracted answer (used for majority@k)."""
+
+    reward: float
+    passed: bool | None = None
+    components: dict[str, float] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    answer: str | None = None
+
+    def is_pass(self) -> bool:
+        return self.passed if self.passed is not None else self.reward >= 1.0
+
+
+class ToolCallRecord(Record):
+    """One tool call as it ran: arguments, output, whether it errored and how long it took."""
+
+    name: str
+    arguments: Any = None
+    call_id: str | None = None
+    output: Any = None
+    error: dict[str, Any] | None = None
+    status: Literal["ok", "error"] = "ok"
+    started: float = 0.0
+    duration_s: float = 0.0
+
+
+class ModelCallRecord(Record):
+    """One model call as captured by the model proxy (token ids and logprobs when the backend gives them)."""
+
+    api: str = "chat"
+    request: dict[str, Any] = Field(default_factory=dict)
+    response: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    status: int | None = None
+    started: float = 0.0
+    latency_s: float = 0.0
+    usage: dict[str, int] = Field(default_factory=dict)
+    prompt_token_ids: list[int] | None = None
+    generation_token_ids: list[int] | None = None
+    generation_logprobs: list[float] | None = None
+
+
+class Trajectory(Record):
+    """Everything that happened in a rollout, in order."""
+
+    messages: list[Message] = Field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    model_calls: list[ModelCallRecord] = Field(default_factory=list)
+    final_answer: str | None = None
+    steps: int = 0
+    stop_reason: str | None = None
+    parse_failures: int = 0
+
+
+OutcomeStatus = Literal["scored", "failed", "timed_out"]
+
+
+class Outcome(Record):
+    """``scored`` or an infrastructure failure with its ``kind`` (model, environment, sandbox, agent,
+    verifier, judge). A failure is never a reward of 0: it is excluded from scores and retried."""
+
+    status: OutcomeStatus
+    kind: str | None = None
+    message: str | None = None
+
+    @classmethod
+    def scored(cls) -> Outcome:
+        return cls(status="scored")
+
+    @classmethod
+    def failed(cls, kind: str, message: str) -> Outcome:
+        return cls(status="failed", kind=kind, message=message)
+
+
+class Usage(Record):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+
+    def add(self, usage: dict[str, Any]) -> None:
+        self.prompt_tokens += int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
+        self.completion_tokens += int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
+
+
+class Rollout(Record):
+    """One attempt at one (task, repeat): the journal's unit."""
+
+    schema_version: int = SCHEMA_VERSION
+    rollout_id: str
+    task_id: str
+    env: str
+    agent: str
+    model: str
+    repeat: int = 0
+    attempt: int = 0
+    outcome: Outcome
+    verdict: Verdict | None = None
+    trajectory: Trajectory = Field(default_factory=Trajectory)
+    usage: Usage = Field(default_factory=Usage)
+    timings: dict[str, float] = Field(default_factory=dict)
+    started_at: float = 0.0
+    tags: list[str] = Field(default_factory=list)
+
+    @property
+    def reward(self) -> float | None:
+        return self.verdict.reward if (self.verdict is not None and self.outcome.status == "scored") else None

@@ -1,0 +1,227 @@
+"""Turn a run's journal into ``metrics.json``: scores, failures, coverage and intervals per group.
+
+Rules that keep the numbers honest:
+
+* A journal holds every *attempt*. For each (task, repeat) the last scored attempt counts; if no attempt
+  was scored, the last attempt counts as a failure of its kind. A failure is never a reward of 0: it
+  lowers ``coverage`` and shows up in ``n_failed``, never in ``mean_reward`` or pass@k.
+* The unit of statistics is the task (as run by one env/agent/model): pass@k, pass^k and majority@k
+  are means over tasks with at least one scored rollout, and intervals resample tasks, not rollouts.
+  In a block that mixes agents or models (``overall`` of a comparison) a task run by two models is
+  two units, so pass@k never pools samples of different policies; ``n_tasks`` counts distinct
+  ``(env, task_id)``. ``per_task`` pools everything by task id.
+* ``mean_reward`` is rollout-weighted (total reward / scored rollouts); pass@1 is task-weighted.
+* ``expected`` maps ``(env, task_id)`` to the number of repeats the run asked for. Without it the
+  denominator of coverage is the (task, repeat) slots seen in the journal, so tasks that never
+  reached the journal can only be revealed by passing ``expected``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.table import Table
+
+from palaestra.core.records import Rollout
+from palaestra.metrics.passk import (
+    cluster_bootstrap_ci,
+    ks_for,
+    majority_at_k,
+    pass_at_1_ci,
+    pass_at_k,
+    pass_hat_k,
+)
+
+__all__ = ["compute_metrics", "format_table"]
+
+UnitKey = tuple[str, str, str, str]  # (env, agent, model, task_id): one task as run by one policy
+
+
+@dataclass
+class _Unit:
+    """The effective rollouts of one task inside one block, in repeat order."""
+
+    scored: list[Rollout] = field(default_factory=list)
+    failed: list[Rollout] = field(default_factory=list)
+
+
+def _effective(rollouts: Iterable[Rollout | Mapping[str, Any]]) -> list[Rollout]:
+    """One rollout per (env, agent, model, task, repeat): the last scored attempt, else the last attempt."""
+    best: dict[tuple[str, str, str, str, int], tuple[tuple[int, int, int], Rollout]] = {}
+    for seq, raw in enumerate(rollouts):
+        r = raw if isinstance(raw, Rollout) else Rollout.model_validate(raw)
+        slot = (r.env, r.agent, r.model, r.task_id, r.repeat)
+        rank = (1 if _is_scored(r) else 0, r.attempt, seq)
+        if slot not in best or rank > best[slot][0]:
+            best[slot] = (rank, r)
+    return [r for _, r in best.values()]
+
+
+def _is_scored(r: Rollout) -> bool:
+    return r.outcome.status == "scored" and r.verdict is not None
+
+
+def _failure_kind(r: Rollout) -> str:
+    if r.outcome.status == "timed_out":
+        return "timeout"
+    return r.outcome.kind or "unknown"
+
+
+def _group_label(r: Rollout, group_by: Sequence[str]) -> str:
+    parts = []
+    for name in group_by:
+        try:
+            value = getattr(r, name)
+        except AttributeError:
+            fields = ", ".join(Rollout.model_fields)
+            raise ValueError(f"compute_metrics: group_by field {name!r} is not a Rollout field; "
+                             f"choose from {fields}") from None
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        parts.append(f"{name}={value}")
+    return " ".join(parts) or "all"
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _block(units: dict[UnitKey, _Unit], n_expected: int | None, covered: int,
+           n_boot: int, seed: int) -> dict[str, Any]:
+    """Metrics of one block; every value is None (not an error) when nothing was scored."""
+    scored_units = [u for u in units.values() if u.scored]
+    n_scored = sum(len(u.scored) for u in scored_units)
+    failed = Counter(_failure_kind(r) for u in units.values() for r in u.failed)
+    rewards = [[float(r.verdict.reward) for r in u.scored if r.verdict is not None] for u in scored_units]
+    nc = [(len(u.scored), sum(1 for r in u.scored if r.verdict is not None and r.verdict.is_pass()))
+          for u in scored_units]
+    ks = ks_for(min((n for n, _ in nc), default=0))
+    ci = cluster_bootstrap_ci([sum(r) for r in rewards], [len(r) for r in rewards], n_boot=n_boot, seed=seed)
+    p1_ci = pass_at_1_ci(nc, n_boot=n_boot, seed=seed)
+    has_answers = any(r.verdict is not None and r.verdict.answer is not None
+                      for u in scored_units for r in u.scored)
+    majority: dict[str, float | None] | None = None
+    if has_answers:
+        samples = [([r.verdict.answer if r.verdict is not None else None for r in u.scored],
+                     [r.verdict is not None and r.verdict.is_pass() for r in u.scored]) for u in scored_units]
+        majority = {str(k): _mean([majority_at_k(a, p, k) for a, p in samples]) for k in ks}
+    return {
+        "n_tasks": len({(env, task_id) for env, _, _, task_id in units}),
+        "n_tasks_scored": len({(key[0], key[3]) for key, u in units.items() if u.scored}),
+        "n_rollouts_scored": n_scored,
+        "n_failed": dict(sorted(failed.items())),
+        "n_expected": n_expected,
+        "coverage": (covered / n_expected) if n_expected else None,
+        "mean_reward": (sum(sum(r) for r in rewards) / n_scored) if n_scored else None,
+        "reward_ci95": list(ci) if ci is not None else None,
+        "pass_at_1_ci95": list(p1_ci) if p1_ci is not None else None,
+        "pass_at_k": {str(k): _mean([pass_at_k(n, c, k) for n, c in nc]) for k in ks},
+        "pass_hat_k": {str(k): _mean([pass_hat_k(n, c, k) for n, c in nc]) for k in ks},
+        "majority_at_k": majority,
+    }
+
+
+def compute_metrics(
+    rollouts: Iterable[Rollout | Mapping[str, Any]],
+    expected: Mapping[tuple[str, str], int] | None = None,
+    group_by: Sequence[str] = ("env", "agent", "model"),
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Aggregate journal records (Rollout objects or their dicts) into a JSON-able metrics dict.
+
+    ``expected`` maps ``(env, task_id)`` to the number of repeats requested for that task.
+    """
+    effective = sorted(_effective(rollouts), key=lambda r: (r.env, r.task_id, r.repeat, r.agent, r.model))
+    overall: dict[UnitKey, _Unit] = {}
+    groups: dict[str, dict[UnitKey, _Unit]] = {}
+    # Per unit: slots seen and slots scored, for coverage.
+    seen: Counter[UnitKey] = Counter()
+    scored: Counter[UnitKey] = Counter()
+    unit_group: dict[UnitKey, str] = {}
+    for r in effective:
+        unit = (r.env, r.agent, r.model, r.task_id)
+        label = _group_label(r, group_by)
+        unit_group[unit] = label
+        seen[unit] += 1
+        ok = _is_scored(r)
+        scored[unit] += ok
+        for units in (overall, groups.setdefault(label, {})):
+            u = units.setdefault(unit, _Unit())
+            (u.scored if ok else u.failed).append(r)
+
+    expected = expected or {}
+    group_expected: Counter[str] = Counter()
+    group_covered: Counter[str] = Counter()
+    for unit, label in unit_group.items():
+        exp = int(expected.get((unit[0], unit[3]), seen[unit]))
+        group_expected[label] += exp
+        group_covered[label] += min(scored[unit], exp)
+    total_expected = sum(group_expected.values())
+    total_covered = sum(group_covered.values())
+    seen_tasks = {(u[0], u[3]) for u in unit_group}
+    for (env, task_id), n in expected.items():
+        if (env, task_id) not in seen_tasks:  # a task that never ran still counts in n_tasks
+            total_expected += int(n)
+            overall.setdefault((env, "", "", task_id), _Unit())
+
+    per_task: dict[str, dict[str, Any]] = {}
+    for (_, _, _, task_id), u in overall.items():
+        entry = per_task.setdefault(task_id, {"passes": 0, "rewards": [], "n_failed": 0})
+        entry["passes"] += sum(1 for r in u.scored if r.verdict is not None and r.verdict.is_pass())
+        entry["rewards"].extend(float(r.verdict.reward) for r in u.scored if r.verdict is not None)
+        entry["n_failed"] += len(u.failed)
+    for task_id, entry in per_task.items():
+        rewards = entry.pop("rewards")
+        passes = entry.pop("passes")
+        entry.update(n=len(rewards), pass_rate=(passes / len(rewards)) if rewards else None,
+                     mean_reward=_mean(rewards))
+
+    return {
+        "overall": _block(overall, total_expected or None, total_covered, n_boot, seed),
+        "groups": {label: _block(groups[label], group_expected[label], group_covered[label], n_boot, seed)
+                   for label in sorted(groups)},
+        "per_task": dict(sorted(per_task.items())),
+    }
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def format_table(metrics: Mapping[str, Any], title: str | None = "Palaestra metrics") -> Table:
+    """A rich table of the overall block and each group, for the CLI summary."""
+    blocks: list[tuple[str, Mapping[str, Any]]] = [("overall", metrics.get("overall") or {})]
+    blocks += list((metrics.get("groups") or {}).items())
+    ks = sorted({int(k) for _, b in blocks for k in (b.get("pass_at_k") or {})})
+    # pass^k and maj@k get one column each, at the largest k that every non-empty block reports
+    common = set.intersection(*[set(b["pass_at_k"]) for _, b in blocks if b.get("pass_at_k")] or [set()])
+    k_max = max(common, key=int) if common else None
+    table = Table(title=title)
+    for name in ("group", "tasks", "scored", "failed", "coverage", "reward [95% CI]"):
+        table.add_column(name, justify="left" if name == "group" else "right")
+    for k in ks:
+        table.add_column(f"pass@{k}", justify="right")
+    if k_max is not None:
+        table.add_column(f"pass^{k_max}", justify="right")
+        table.add_column(f"maj@{k_max}", justify="right")
+    for name, b in blocks:
+        failed = b.get("n_failed") or {}
+        failed_text = str(sum(failed.values()))
+        if failed:
+            failed_text += " (" + ", ".join(f"{kind} {n}" for kind, n in failed.items()) + ")"
+        ci = b.get("reward_ci95")
+        reward = _fmt(b.get("mean_reward")) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")
+        cov = b.get("coverage")
+        row = [name, str(b.get("n_tasks", 0)), str(b.get("n_rollouts_scored", 0)), failed_text,
+               "–" if cov is None else f"{100 * cov:.1f}%", reward]
+        row += [_fmt((b.get("pass_at_k") or {}).get(str(k))) for k in ks]
+        if k_max is not None:
+            row.append(_fmt((b.get("pass_hat_k") or {}).get(k_max)))
+            row.append(_fmt((b.get("majority_at_k") or {}).get(k_max)))
+        table.add_row(*row, end_section=name == "overall")
+    return table

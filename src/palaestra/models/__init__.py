@@ -1,0 +1,1 @@
+"""Model backends: OpenAI-compatible HTTP, scripted policies, local weights."""

@@ -1,0 +1,245 @@
+"""A backend for any OpenAI-compatible endpoint (vLLM, SGLang, OpenAI, OpenRouter, llama.cpp).
+
+Rollouts run thousands of calls against one upstream, so this client keeps a single shared
+connection pool sized to an explicit concurrency limit, bounds every wait with a timeout, and
+retries only what is worth retrying (connection trouble, timeouts, 408/409/429 and 5xx), honouring
+``Retry-After``. Everything else fails fast as a ``ModelError`` that says what to fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from palaestra.core.errors import ConfigError, ModelError
+from palaestra.models.base import CallContext
+
+RETRY_STATUSES = frozenset({408, 409, 429})
+_TRANSIENT = (httpx.TransportError,)  # connect/read/write/pool timeouts, refused, reset, protocol errors
+
+
+def api_key_from_env(var: str = "OPENAI_API_KEY", file: str | Path | None = None) -> str | None:
+    """Read an API key from ``file`` (when given) or the environment variable ``var``.
+
+    A file keeps the key out of process listings and shell history; a missing file is a config
+    mistake, so it raises instead of silently falling back to no key.
+    """
+    if file is not None:
+        path = Path(file).expanduser()
+        try:
+            key = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the API key file {str(path)!r}: {exc.strerror or exc}",
+                hint="point the key file option at a readable file holding only the key",
+            ) from exc
+        if not key:
+            raise ConfigError(f"the API key file {str(path)!r} is empty", hint="write the key into it")
+        return key
+    value = os.environ.get(var, "").strip()
+    return value or None
+
+
+def retry_after_seconds(value: str | None, *, cap: float = 60.0) -> float | None:
+    """Parse a ``Retry-After`` header (delta-seconds or an HTTP date) into seconds, capped at ``cap``."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - time.time()
+    if math.isnan(seconds):
+        return None
+    return min(max(seconds, 0.0), cap)
+
+
+def _snippet(text: str, limit: int = 200) -> str:
+    text = text.strip().replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _error_detail(content: bytes) -> str:
+    """The upstream's own error message when it sent the usual ``{"error": {"message": ...}}``."""
+    try:
+        data = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return _snippet(content.decode("utf-8", "replace"))
+    if isinstance(data, dict):
+        err = data.get("error", data.get("detail", data.get("message")))
+        if isinstance(err, dict) and err.get("message"):
+            return _snippet(str(err["message"]))
+        if err:
+            return _snippet(str(err))
+    return _snippet(content.decode("utf-8", "replace"))
+
+
+_HINTS = {
+    401: "check the API key (OPENAI_API_KEY or an api key file)",
+    403: "the API key lacks access to this model or endpoint",
+    404: "check that base_url ends with /v1 and the model name is one the server serves",
+    413: "the request is too large for the server: shorten the conversation or raise its limits",
+    422: "the server rejected a request field: check the model's supported parameters",
+}
+
+
+class OpenAIBackend:
+    """``ModelBackend`` over HTTP. ``extra_body`` is merged over every request (as in the OpenAI SDK),
+    ``model`` (when set) replaces the request's model so clients may send any name."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        max_concurrency: int = 64,
+        extra_body: dict[str, Any] | None = None,
+        client: httpx.AsyncClient | None = None,
+        *,
+        backoff_base: float = 0.5,
+        backoff_max: float = 20.0,
+        retry_after_cap: float = 60.0,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"model base_url {base_url!r} is not an http(s) URL",
+                hint="use e.g. http://127.0.0.1:8000/v1 for vLLM or https://api.openai.com/v1",
+            )
+        if max_concurrency < 1 or max_retries < 0 or timeout <= 0:
+            raise ConfigError("OpenAIBackend needs max_concurrency >= 1, max_retries >= 0 and timeout > 0")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = model or self.base_url
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.max_concurrency = max_concurrency
+        self.extra_body = dict(extra_body or {})
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.retry_after_cap = retry_after_cap
+        # The key lives only in this header dict; it is never formatted into messages or reprs.
+        self._headers = {"content-type": "application/json", "accept": "application/json"}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        self._semaphore = asyncio.Semaphore(max_concurrency)
+        self._owns_client = client is None
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout),
+            limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
+        )
+        self._rng = random.Random()
+
+    def __repr__(self) -> str:
+        return f"OpenAIBackend(base_url={self.base_url!r}, model={self.model!r})"
+
+    async def chat(self, request: dict[str, Any], ctx: CallContext | None = None) -> dict[str, Any]:
+        """POST ``/chat/completions``. Streaming is answered by the proxy, so upstream never streams."""
+        body = self._body(request)
+        body.pop("stream", None)
+        body.pop("stream_options", None)
+        return await self._post("/chat/completions", body)
+
+    async def responses(self, request: dict[str, Any]) -> dict[str, Any]:
+        """POST ``/responses`` for upstreams that speak the Responses API natively."""
+        body = self._body(request)
+        body.pop("stream", None)
+        return await self._post("/responses", body)
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    def _body(self, request: dict[str, Any]) -> dict[str, Any]:
+        body = {**request, **self.extra_body}
+        if self.model:
+            body["model"] = self.model
+        return body
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with jitter, so synchronized clients do not retry in lockstep."""
+        ceiling = min(self.backoff_max, self.backoff_base * (2**attempt))
+        return ceiling * (0.5 + 0.5 * self._rng.random())
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        url = self.base_url + path
+        content = orjson.dumps(body)
+        last: ModelError | None = None
+        for attempt in range(self.max_retries + 1):
+            delay: float | None = None
+            try:
+                async with self._semaphore:
+                    response = await asyncio.wait_for(
+                        self._client.post(url, content=content, headers=self._headers), self.timeout
+                    )
+            except (asyncio.TimeoutError, httpx.TimeoutException):
+                last = ModelError(
+                    f"model call to {url} timed out after {self.timeout:g}s",
+                    hint="the server is overloaded or the generation is long: raise the timeout "
+                    "or lower the concurrency",
+                )
+            except _TRANSIENT as exc:
+                last = ModelError(
+                    f"cannot reach the model at {url}: {type(exc).__name__}: {exc}",
+                    hint="check that the model server is running and base_url is right",
+                )
+            else:
+                status = response.status_code
+                if status < 300:
+                    return self._decode(response, url)
+                detail = _error_detail(response.content)
+                last = ModelError(
+                    f"model server at {url} answered HTTP {status}: {detail}",
+                    hint=_HINTS.get(status),
+                    status=status,
+                )
+                if status < 500 and status not in RETRY_STATUSES:
+                    raise last
+                delay = retry_after_seconds(response.headers.get("retry-after"), cap=self.retry_after_cap)
+            if attempt < self.max_retries:
+                await asyncio.sleep(delay if delay is not None else self._backoff(attempt))
+        assert last is not None
+        if self.max_retries:
+            last.message = f"{last.message} (gave up after {self.max_retries + 1} attempts)"
+            last.args = (last.message,)
+        raise last
+
+    @staticmethod
+    def _decode(response: httpx.Response, url: str) -> dict[str, Any]:
+        try:
+            data = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            raise ModelError(
+                f"model server at {url} answered HTTP {response.status_code} with a body that is not a "
+                f"JSON object: {_snippet(response.content.decode('utf-8', 'replace'))!r}",
+                hint="base_url may point at a web page or a proxy instead of an OpenAI-compatible API",
+                status=response.status_code,
+            )
+        err = data.get("error")
+        if err and "choices" not in data and "output" not in data:
+            # Some gateways (OpenRouter) report upstream failures inside a 200 body.
+            message = err.get("message") if isinstance(err, dict) else err
+            code = err.get("code") if isinstance(err, dict) else None
+            raise ModelError(
+                f"model server at {url} returned an error: {_snippet(str(message))}",
+                status=code if isinstance(code, int) else 502,
+            )
+        return data

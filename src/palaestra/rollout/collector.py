@@ -1,0 +1,221 @@
+"""``eval run``: collect rollouts for every (task, repeat) at high concurrency, journal each attempt
+(fsynced before it counts), retry infrastructure failures, and resume a killed run exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from palaestra.agents.base import Agent
+from palaestra.agents.registry import make_agent
+from palaestra.client.env_client import EnvClient
+from palaestra.core.errors import ConfigError, InvalidTask
+from palaestra.core.records import Rollout, Task
+from palaestra.envs.registry import load_env_class, register_alias, spec_for
+from palaestra.metrics.summary import compute_metrics
+from palaestra.models.factory import make_backend
+from palaestra.placement import MountedEnv, mount_env
+from palaestra.rollout import rundir
+from palaestra.rollout.config import RunConfig
+from palaestra.rollout.journal import Journal, read_journal
+from palaestra.rollout.runner import run_rollout
+from palaestra.rollout.tasks import load_task_file, read_tasks, write_tasks
+from palaestra.server.model_proxy import ModelProxy
+
+ProgressFn = Callable[[Rollout, bool], None]
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    metrics: dict[str, Any]
+    collected: int = 0
+    skipped_rows: list[str] = field(default_factory=list)
+    resumed: int = 0
+    wall_s: float = 0.0
+
+
+def select_tasks(cfg: RunConfig) -> tuple[list[Task], list[str]]:
+    """Tasks from --input (validated row by row) or an environment's bundled examples."""
+    skipped: list[str] = []
+    default_env = load_env_class(cfg.env).name if cfg.env else ""  # a user file's spec → its short name
+    if cfg.input:
+        loaded = load_task_file(cfg.input, default_env)
+        if loaded.problems:
+            if not cfg.skip_invalid:
+                listing = "\n  ".join(str(p) for p in loaded.problems[:20])
+                more = f"\n  ... and {len(loaded.problems) - 20} more" if len(loaded.problems) > 20 else ""
+                raise InvalidTask(f"{len(loaded.problems)} invalid task row(s):\n  {listing}{more}",
+                                  hint="fix the rows, or pass --skip-invalid to run without them")
+            skipped = [str(p) for p in loaded.problems]
+        tasks = loaded.tasks
+    elif cfg.env:
+        tasks = load_env_class(cfg.env)().examples()
+    else:
+        raise ConfigError("no tasks: give --input FILE or --env NAME")
+    if cfg.limit:
+        tasks = tasks[: cfg.limit]
+    for t in tasks:  # every row must name a known environment before anything starts
+        try:
+            load_env_class(t.env)
+        except ConfigError as exc:
+            raise ConfigError(f"task '{t.id}': {exc.message}", hint=exc.hint) from None
+    return tasks, skipped
+
+
+class Collector:
+    """Owns the run's resources (mounted environments, model proxies, agents) and the journal."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, tasks: list[Task], *, on_rollout: ProgressFn | None = None):
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.tasks = tasks
+        self.on_rollout = on_rollout
+        self.envs: dict[str, MountedEnv] = {}
+        self.proxies: dict[str, ModelProxy] = {}
+        self.agents: dict[str, Agent] = {}
+
+    def model_spec(self, task: Task) -> str:
+        spec = task.model or self.cfg.model
+        if not spec:
+            raise ConfigError("no model given", hint="pass --model scripted:oracle, local, or an OpenAI-compatible "
+                                                     "base URL such as http://127.0.0.1:8000/v1")
+        return spec
+
+    async def _setup(self) -> None:
+        for name in sorted({t.env for t in self.tasks}):
+            self.envs[name] = await mount_env(name, self.cfg.placement)
+        for spec in sorted({self.model_spec(t) for t in self.tasks}):
+            backend = make_backend(spec, model_name=self.cfg.model_name, api_key_env=self.cfg.api_key_env,
+                                   seed=self.cfg.seed or 0, max_concurrency=max(self.cfg.concurrency, 1))
+            self.proxies[spec] = ModelProxy(backend)
+        for name in sorted({t.agent or self.cfg.agent for t in self.tasks}):
+            self.agents[name] = make_agent(name, max_steps=self.cfg.max_steps)
+
+    async def _teardown(self) -> None:
+        for mounted in self.envs.values():
+            await mounted.stop()
+        for proxy in self.proxies.values():
+            await proxy.backend.aclose()
+
+    def _sampling(self, repeat: int) -> dict[str, Any]:
+        s: dict[str, Any] = {}
+        if self.cfg.temperature is not None:
+            s["temperature"] = self.cfg.temperature
+        if self.cfg.max_tokens is not None:
+            s["max_tokens"] = self.cfg.max_tokens
+        if self.cfg.seed is not None:
+            s["seed"] = self.cfg.seed + repeat
+        if self.cfg.model_name:
+            s["model"] = self.cfg.model_name
+        return s
+
+    async def _one(self, task: Task, repeat: int, first_attempt: int, journal: Journal) -> None:
+        """Attempts until scored or out of attempts; each attempt is journaled before the next starts."""
+        spec = self.model_spec(task)
+        env: EnvClient = self.envs[task.env].client
+        agent = self.agents[task.agent or self.cfg.agent]
+        for attempt in range(first_attempt, self.cfg.max_attempts):
+            rollout = await run_rollout(
+                task, env=env, agent=agent, proxy=self.proxies[spec], model_name=spec, repeat=repeat,
+                attempt=attempt, deadline_s=self.cfg.deadline_s, sampling=self._sampling(repeat),
+                with_reference=spec.startswith("scripted:oracle") or spec == "scripted",
+            )
+            await journal.append(rollout)
+            done = rollout.outcome.status == "scored"
+            if self.on_rollout:
+                self.on_rollout(rollout, done or attempt + 1 >= self.cfg.max_attempts)
+            if done:
+                return
+            await asyncio.sleep(min(0.05 * 2 ** (attempt - first_attempt), 2.0))
+
+    async def collect(self, pending: list[tuple[Task, int, int]]) -> None:
+        await self._setup()
+        try:
+            async with Journal(self.run_dir / rundir.JOURNAL) as journal:
+                queue: asyncio.Queue[tuple[Task, int, int]] = asyncio.Queue()
+                for item in pending:
+                    queue.put_nowait(item)
+
+                async def worker() -> None:
+                    while True:
+                        try:
+                            task, repeat, first = queue.get_nowait()
+                        except asyncio.QueueEmpty:
+                            return
+                        await self._one(task, repeat, first, journal)
+
+                n = min(self.cfg.concurrency, len(pending)) or 1
+                await asyncio.gather(*(worker() for _ in range(n)))
+        finally:
+            await self._teardown()
+
+
+def plan(tasks: list[Task], repeats: int, records: list[dict[str, Any]], max_attempts: int
+         ) -> tuple[list[tuple[Task, int, int]], int]:
+    """(task, repeat, next attempt) for every slot without a scored record and with attempts left."""
+    scored: set[tuple[str, int]] = set()
+    attempts: Counter[tuple[str, int]] = Counter()
+    for r in records:
+        key = (str(r.get("task_id")), int(r.get("repeat", 0)))
+        attempts[key] += 1
+        if (r.get("outcome") or {}).get("status") == "scored":
+            scored.add(key)
+    pending = []
+    for t in tasks:
+        for rep in range(repeats):
+            key = (t.id, rep)
+            if key not in scored and attempts[key] < max_attempts:
+                pending.append((t, rep, attempts[key]))
+    return pending, len(scored)
+
+
+def expected_counts(tasks: list[Task], repeats: int) -> dict[tuple[str, str], int]:
+    return {(t.env, t.id): repeats for t in tasks}
+
+
+def write_metrics(run_dir: Path, tasks: list[Task], repeats: int) -> dict[str, Any]:
+    records, problems = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
+    metrics = compute_metrics(records, expected_counts(tasks, repeats))
+    if problems:
+        metrics["journal_problems"] = problems
+    rundir.write_json_atomic(run_dir / rundir.METRICS, metrics)
+    return metrics
+
+
+async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | None = None,
+                   on_rollout: ProgressFn | None = None) -> RunResult:
+    """Start or resume the run in ``cfg.out``; return its metrics."""
+    t0 = time.perf_counter()
+    run_dir = Path(cfg.out) if cfg.out else rundir.default_out(cfg.env)
+    skipped: list[str] = []
+    if (run_dir / rundir.TASKS).is_file() and (run_dir / rundir.RUN_JSON).is_file():
+        tasks = read_tasks(run_dir / rundir.TASKS)  # resume: the snapshot is the truth
+        for name, meta in rundir.read_manifest(run_dir).get("envs", {}).items():
+            register_alias(name, meta.get("spec", name))
+    else:
+        tasks, skipped = select_tasks(cfg)
+        if not tasks:
+            raise InvalidTask("no tasks to run", hint="check --input/--env and --limit")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_tasks(run_dir / rundir.TASKS, tasks)
+        envs = {}
+        for name in sorted({t.env for t in tasks}):
+            cls = load_env_class(name)
+            envs[name] = {"spec": spec_for(name), "version": cls.version, "verifier_hash": cls.verifier_hash()}
+        rundir.write_json_atomic(run_dir / rundir.RUN_JSON, rundir.run_manifest(
+            uuid.uuid4().hex, cfg.model_dump(mode="json"), envs, len(tasks), cfg.repeats))
+    records, _ = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
+    pending, already = plan(tasks, cfg.repeats, records, cfg.max_attempts)
+    if on_start:
+        on_start(len(tasks) * cfg.repeats, already)
+    if pending:
+        await Collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
+    metrics = write_metrics(run_dir, tasks, cfg.repeats)
+    return RunResult(run_dir, metrics, len(pending), skipped, already, time.perf_counter() - t0)

@@ -1,0 +1,155 @@
+"""``palaestra env check``: the conformance suite every environment must pass, wherever it runs.
+
+It proves the verifier can award full reward (the oracle plays each task's reference), that doing
+nothing earns none, that malformed tool calls get errors, that verify is deterministic and that
+sessions are freed."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from palaestra.agents.tool_agent import ToolAgent
+from palaestra.client.env_client import EnvClient
+from palaestra.core.errors import PalaestraError
+from palaestra.core.records import Rollout, Task
+from palaestra.models.scripted import ScriptedBackend
+from palaestra.placement import mount_env
+from palaestra.rollout.runner import run_rollout
+from palaestra.server.model_proxy import ModelProxy
+
+
+@dataclass
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class CheckReport:
+    env: str
+    placement: str
+    tasks: int
+    results: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def add(self, name: str, ok: bool, detail: str = "") -> None:
+        self.results.append(CheckResult(name, ok, detail))
+
+
+async def _policy_rollouts(env: EnvClient, tasks: list[Task], policy: str, concurrency: int = 16) -> list[Rollout]:
+    proxy = ModelProxy(ScriptedBackend(policy))
+    agent = ToolAgent()
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(task: Task) -> Rollout:
+        async with sem:
+            return await run_rollout(task, env=env, agent=agent, proxy=proxy, model_name=f"scripted:{policy}",
+                                     with_reference=(policy == "oracle"), deadline_s=120)
+
+    return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+
+def _fmt_fail(r: Rollout) -> str:
+    if r.outcome.status != "scored":
+        return f"{r.task_id}: {r.outcome.status}({r.outcome.kind}) {r.outcome.message}"
+    assert r.verdict is not None
+    return f"{r.task_id}: reward {r.verdict.reward:g} {r.verdict.metadata or ''}"
+
+
+async def _malformed_calls(env: EnvClient, task: Task, tools: list[dict[str, Any]]) -> list[str]:
+    """Return problems found; each malformed call must come back as a typed error, not a crash."""
+    problems: list[str] = []
+    session = await env.open(task)
+    try:
+        res = await env.call_tool(session.session_id, "__no_such_tool__", {})
+        if not res.error or res.error.get("kind") != "unknown_tool":
+            problems.append(f"unknown tool answered {res.to_dict()}")
+        if tools:
+            fn = tools[0]["function"]
+            name = fn["name"]
+            res = await env.call_tool(session.session_id, name, "{not json")
+            if not res.error or res.error.get("kind") != "bad_arguments":
+                problems.append(f"non-JSON arguments to '{name}' answered {res.to_dict()}")
+            res = await env.call_tool(session.session_id, name, {"__unexpected_field__": 1})
+            if not res.error or res.error.get("kind") != "bad_arguments":
+                problems.append(f"unexpected field for '{name}' answered {res.to_dict()}")
+            props = fn.get("parameters", {}).get("properties", {})
+            for pname, prop in props.items():
+                if prop.get("type") in ("integer", "number", "boolean", "array", "object"):
+                    res = await env.call_tool(session.session_id, name, {pname: "not-a-valid-value-{}"})
+                    if not res.error or res.error.get("kind") != "bad_arguments":
+                        problems.append(f"wrong type for '{name}.{pname}' answered {res.to_dict()}")
+                    break
+        try:
+            await env.call_tool("no-such-session", tools[0]["function"]["name"] if tools else "x", {})
+            problems.append("a call on an unknown session did not fail")
+        except PalaestraError:
+            pass
+    finally:
+        await env.close(session.session_id)
+    return problems
+
+
+async def check_env(spec: str, placement: str = "inprocess", limit: int | None = None) -> CheckReport:
+    mounted = await mount_env(spec, placement)
+    env = mounted.client
+    try:
+        info = await env.info()
+        tasks = mounted.env_class().examples()
+        if limit:
+            tasks = tasks[:limit]
+        report = CheckReport(mounted.name, placement, len(tasks))
+        tools = info.get("tools") or []
+        bad_schema = [t for t in tools if t.get("type") != "function" or "name" not in t.get("function", {})
+                      or t["function"].get("parameters", {}).get("type") != "object"]
+        report.add("info and tool schemas", not bad_schema and bool(info.get("name")),
+                   f"{len(tools)} tools" if not bad_schema else f"bad schemas: {bad_schema[:2]}")
+        report.add("bundled tasks", len(tasks) > 0, f"{len(tasks)} tasks")
+        if not tasks:
+            return report
+
+        oracle = await _policy_rollouts(env, tasks, "oracle")
+        bad = [r for r in oracle if r.outcome.status != "scored" or r.verdict is None
+               or r.verdict.reward < 1.0 - 1e-9 or not r.verdict.is_pass()]
+        report.add("oracle scores full reward", not bad,
+                   f"{len(tasks) - len(bad)}/{len(tasks)} full" + ("; " + "; ".join(map(_fmt_fail, bad[:3])) if bad else ""))
+
+        null = await _policy_rollouts(env, tasks, "null")
+        bad = [r for r in null if r.outcome.status != "scored" or r.verdict is None or r.verdict.reward > 0
+               or r.verdict.is_pass()]
+        report.add("null policy scores nothing", not bad,
+                   f"{len(tasks) - len(bad)}/{len(tasks)} zero" + ("; " + "; ".join(map(_fmt_fail, bad[:3])) if bad else ""))
+
+        problems = await _malformed_calls(env, tasks[0], tools)
+        report.add("malformed tool calls get errors", not problems, "; ".join(problems) or "all answered with errors")
+
+        mismatched = []
+        for r in oracle[: min(5, len(oracle))]:
+            if r.verdict is None:
+                continue
+            task = next(t for t in tasks if t.id == r.task_id)
+            v1 = await env.verify_stateless(task, r.trajectory)
+            v2 = await env.verify_stateless(task, r.trajectory)
+            if v1.model_dump() != v2.model_dump() or v1.reward != r.verdict.reward:
+                mismatched.append(f"{task.id}: live {r.verdict.reward} vs replay {v1.reward}/{v2.reward}")
+        report.add("verify is deterministic (and replayable)", not mismatched, "; ".join(mismatched) or "stable")
+
+        live = await _live_sessions(env)
+        report.add("sessions freed", live in (0, None), f"{live} live sessions" if live else "all closed")
+        return report
+    finally:
+        await mounted.stop()
+
+
+async def _live_sessions(env: EnvClient) -> int | None:
+    health = getattr(env, "health", None)
+    if health is not None:
+        return int((await health()).get("sessions", 0))
+    host = getattr(env, "host", None)
+    return len(host.sessions) if host is not None else None

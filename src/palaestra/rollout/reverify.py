@@ -1,0 +1,90 @@
+"""``eval reverify``: re-score stored trajectories with the current verifier — no model calls.
+
+Each stored trajectory is replayed on a fresh session (its tool calls re-run in order) and verified.
+The original journal is never touched: the re-scored records, the new metrics and a diff of every
+changed verdict are written beside it."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from palaestra.core.errors import InfraError, PalaestraError
+from palaestra.core.records import Outcome, Rollout, Task
+from palaestra.metrics.summary import compute_metrics
+from palaestra.placement import mount_env
+from palaestra.rollout import rundir
+from palaestra.rollout.journal import read_journal
+from palaestra.rollout.tasks import read_tasks
+
+REVERIFIED = "rollouts.reverified.jsonl"
+DIFF = "reverify_diff.jsonl"
+METRICS = "metrics.reverify.json"
+
+
+@dataclass
+class ReverifyResult:
+    metrics: dict[str, Any]
+    checked: int = 0
+    failed: int = 0
+    changed: list[dict[str, Any]] = field(default_factory=list)
+    diff_path: Path = Path()
+
+
+async def reverify_run(run_dir: Path, *, placement: str = "inprocess", concurrency: int = 32) -> ReverifyResult:
+    if not (run_dir / rundir.TASKS).is_file():
+        raise PalaestraError(f"{run_dir} is not a run directory (no {rundir.TASKS})", kind="config",
+                             hint="give the --out directory of a run")
+    tasks = {t.id: t for t in read_tasks(run_dir / rundir.TASKS)}
+    records, _ = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
+    rollouts = [Rollout.model_validate(r) for r in records]
+    envs = {name: await mount_env(name, placement) for name in sorted({r.env for r in rollouts})}
+    sem = asyncio.Semaphore(concurrency)
+    result = ReverifyResult(metrics={})
+
+    async def one(r: Rollout) -> Rollout:
+        recheck = r.outcome.status == "scored" or r.outcome.kind == "verifier"
+        task: Task | None = tasks.get(r.task_id)
+        if not recheck or task is None:
+            return r
+        async with sem:
+            result.checked += 1
+            new = r.model_copy(deep=True)
+            try:
+                new.verdict = await envs[r.env].client.verify_stateless(task, r.trajectory)
+                new.outcome = Outcome.scored()
+            except InfraError as exc:
+                result.failed += 1
+                new.verdict, new.outcome = None, Outcome.failed(exc.failure, str(exc))
+            except PalaestraError as exc:
+                result.failed += 1
+                new.verdict, new.outcome = None, Outcome.failed("verifier", str(exc))
+        before = r.verdict.model_dump(mode="json") if r.verdict else None
+        after = new.verdict.model_dump(mode="json") if new.verdict else None
+        if before != after or r.outcome.status != new.outcome.status:
+            result.changed.append({"rollout_id": r.rollout_id, "task_id": r.task_id, "repeat": r.repeat,
+                                   "attempt": r.attempt, "before": before, "after": after,
+                                   "outcome_before": r.outcome.model_dump(mode="json"),
+                                   "outcome_after": new.outcome.model_dump(mode="json")})
+        return new
+
+    try:
+        rescored = await asyncio.gather(*(one(r) for r in rollouts))
+    finally:
+        for m in envs.values():
+            await m.stop()
+    with (run_dir / REVERIFIED).open("wb") as fh:
+        for r in rescored:
+            fh.write(orjson.dumps(r.model_dump(mode="json")) + b"\n")
+    result.diff_path = run_dir / DIFF
+    with result.diff_path.open("wb") as fh:
+        for change in result.changed:
+            fh.write(orjson.dumps(change) + b"\n")
+    repeats = int(rundir.read_manifest(run_dir).get("repeats", 1))
+    result.metrics = compute_metrics(rescored, {(t.env, t.id): repeats for t in tasks.values()})
+    rundir.write_json_atomic(run_dir / METRICS, result.metrics)
+    return result

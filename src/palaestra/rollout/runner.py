@@ -1,0 +1,112 @@
+"""One rollout, start to finish: open a session, let the agent act through the model proxy, verify,
+close. Every failure is caught here, typed and returned as data — a bad rollout never crashes a run,
+and an infrastructure failure is never scored."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any, Protocol
+
+from palaestra.agents.base import Agent, BackendChat, ToolSurface
+from palaestra.client.env_client import EnvClient
+from palaestra.core.errors import InfraError, PalaestraError
+from palaestra.core.records import ModelCallRecord, Outcome, Rollout, Task, Trajectory, Usage, Verdict
+from palaestra.models.base import CallContext
+
+
+class Proxy(Protocol):
+    def register(self, rollout_id: str, ctx: CallContext) -> None: ...
+    async def complete(self, rollout_id: str | None, api: Any, body: dict[str, Any]) -> dict[str, Any]: ...
+    def pop_calls(self, rollout_id: str) -> list[ModelCallRecord]: ...
+
+
+class _Deadline:
+    def __init__(self, budget_s: float) -> None:
+        self.end = time.monotonic() + budget_s
+
+    def left(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+
+def new_rollout_id() -> str:
+    return uuid.uuid4().hex
+
+
+async def run_rollout(
+    task: Task,
+    *,
+    env: EnvClient,
+    agent: Agent,
+    proxy: Proxy,
+    model_name: str,
+    repeat: int = 0,
+    attempt: int = 0,
+    deadline_s: float = 600.0,
+    sampling: dict[str, Any] | None = None,
+    with_reference: bool = False,
+    rollout_id: str | None = None,
+) -> Rollout:
+    """Run one (task, repeat, attempt). Never raises for a rollout-level failure."""
+    rid = rollout_id or new_rollout_id()
+    started = time.time()
+    timings: dict[str, float] = {}
+    deadline = _Deadline(deadline_s)
+    traj = Trajectory()
+    verdict: Verdict | None = None
+    outcome = Outcome.scored()
+    session_id: str | None = None
+    phase = "seed"
+    try:
+        t0 = time.perf_counter()
+        ref = await asyncio.wait_for(env.reference(task), deadline.left()) if with_reference else None
+        proxy.register(rid, CallContext(rollout_id=rid, task=task, reference=ref))
+        session = await asyncio.wait_for(env.open(task), deadline.left())
+        session_id = session.session_id
+        timings["seed_s"] = time.perf_counter() - t0
+
+        phase = "agent"
+        t0 = time.perf_counter()
+        surface = ToolSurface(env, session)
+        traj = await asyncio.wait_for(
+            agent.run(task, session, surface, BackendChat(proxy, rid), dict(sampling or {})), deadline.left()
+        )
+        timings["agent_s"] = time.perf_counter() - t0
+
+        phase = "verify"
+        t0 = time.perf_counter()
+        verdict = await asyncio.wait_for(env.verify(session_id, traj), deadline.left())
+        timings["verify_s"] = time.perf_counter() - t0
+    except asyncio.TimeoutError:
+        outcome = Outcome(status="timed_out", kind="timeout",
+                          message=f"rollout deadline of {deadline_s:g} s passed during {phase}")
+    except InfraError as exc:
+        outcome = Outcome.failed(exc.failure, str(exc))
+    except PalaestraError as exc:
+        kind = "environment" if phase in ("seed", "verify") else "agent"
+        outcome = Outcome.failed(kind, f"{exc.kind}: {exc}")
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a harness bug is the agent's failure, not a zero
+        outcome = Outcome.failed("agent" if phase == "agent" else "environment", f"{type(exc).__name__}: {exc}")
+    finally:
+        if session_id is not None:
+            t0 = time.perf_counter()
+            try:
+                await asyncio.wait_for(env.close(session_id), 10.0)
+            except Exception:  # the session TTL frees it eventually; the verdict stands
+                pass
+            timings["close_s"] = time.perf_counter() - t0
+        traj.model_calls = proxy.pop_calls(rid)
+    if outcome.status != "scored":
+        verdict = None
+    usage = Usage(model_calls=len(traj.model_calls), tool_calls=len(traj.tool_calls))
+    for call in traj.model_calls:
+        usage.add(call.usage)
+    timings["total_s"] = time.time() - started
+    return Rollout(
+        rollout_id=rid, task_id=task.id, env=task.env, agent=agent.name, model=model_name, repeat=repeat,
+        attempt=attempt, outcome=outcome, verdict=verdict, trajectory=traj, usage=usage, timings=timings,
+        started_at=started, tags=list(task.tags),
+    )

@@ -1,0 +1,158 @@
+"""The environment server: DESIGN §1's HTTP surface over an ``EnvironmentHost``.
+
+Plain Starlette routes (not FastAPI) keep per-request overhead low; every error is a JSON body with a
+4xx/5xx status and a hint, never a stack trace."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from palaestra.core.environment import Environment
+from palaestra.core.errors import (
+    BadArguments,
+    InvalidTask,
+    PalaestraError,
+    SessionLimit,
+    UnknownSession,
+    UnknownTool,
+)
+from palaestra.core.records import Task, Trajectory
+from palaestra.server.http import JSON, error_response, from_exception, read_json
+from palaestra.server.sessions import EnvironmentHost
+
+_STATUS = {
+    UnknownSession: 404,
+    UnknownTool: 404,
+    BadArguments: 422,
+    InvalidTask: 422,
+    SessionLimit: 429,
+}
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _guard(fn: Handler) -> Handler:
+    """Turn every failure into a JSON error; infrastructure failures are 5xx with their kind."""
+
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except PalaestraError as exc:
+            status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), None)
+            if status is None:
+                status = 400 if exc.kind in ("bad_request", "invalid_task") else 500
+            return from_exception(exc, status)
+        except ValidationError as exc:
+            return error_response("bad_request", _validation_message(exc), 422, "fix the named fields")
+        except Exception as exc:  # last resort: still JSON, still no stack
+            return error_response("environment", f"{type(exc).__name__}: {exc}"[:2000], 500)
+
+    return wrapped
+
+
+def _validation_message(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+
+
+def _obj(body: Any, what: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise PalaestraError(f"{what}: expected a JSON object", kind="bad_request")
+    return body
+
+
+def create_env_app(host: EnvironmentHost | Environment, *, reap_interval_s: float = 60.0) -> Starlette:
+    """Build the ASGI app for an environment (or an existing host, to share its sessions)."""
+    if isinstance(host, Environment):
+        host = EnvironmentHost(host)
+    h: EnvironmentHost = host
+
+    async def open_session(request: Request) -> Response:
+        body = _obj(await read_json(request, "POST /sessions"), "POST /sessions")
+        if "task" not in body:
+            raise PalaestraError("POST /sessions: missing field 'task'", kind="bad_request",
+                                 hint='send {"task": {...}}')
+        task = Task.model_validate(body["task"])
+        return JSON(await h.open(task))
+
+    async def call_tool(request: Request) -> Response:
+        sid, name = request.path_params["sid"], request.path_params["name"]
+        h.get(sid)
+        body = await request.body()
+        try:
+            args = orjson.loads(body) if body else {}
+        except ValueError as exc:
+            raise BadArguments(
+                f"arguments for tool '{name}' are not valid JSON ({exc})",
+                hint="send the tool's arguments as one JSON object",
+            ) from None
+        result = await h.call_tool(sid, name, args)
+        return JSON(result.to_dict())
+
+    async def verify(request: Request) -> Response:
+        sid = request.path_params["sid"]
+        body = await read_json(request, "POST /sessions/{id}/verify") or {}
+        traj = Trajectory.model_validate(_obj(body, "verify").get("trajectory") or {})
+        verdict = await h.verify(sid, traj)
+        return JSON(verdict.model_dump(mode="json"))
+
+    async def delete_session(request: Request) -> Response:
+        closed = await h.close(request.path_params["sid"])
+        return JSON({"closed": closed})
+
+    async def verify_stateless(request: Request) -> Response:
+        body = _obj(await read_json(request, "POST /verify"), "POST /verify")
+        if "task" not in body:
+            raise PalaestraError("POST /verify: missing field 'task'", kind="bad_request")
+        task = Task.model_validate(body["task"])
+        traj = Trajectory.model_validate(body.get("trajectory") or {})
+        verdict = await h.verify_stateless(task, traj)
+        return JSON(verdict.model_dump(mode="json"))
+
+    async def reference(request: Request) -> Response:
+        body = _obj(await read_json(request, "POST /reference"), "POST /reference")
+        ref = h.env.reference(Task.model_validate(body.get("task") or {}))
+        return JSON(ref.model_dump(mode="json") if ref is not None else None)
+
+    async def info(request: Request) -> Response:
+        return JSON(h.env.info())
+
+    async def healthz(request: Request) -> Response:
+        return JSON({"status": "ok", "env": h.env.name, "sessions": len(h.sessions), "closed": h.closed_total})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async def reaper() -> None:
+            while True:
+                await asyncio.sleep(reap_interval_s)
+                await h.reap()
+
+        task = asyncio.create_task(reaper())
+        try:
+            yield
+        finally:
+            task.cancel()
+            await h.close_all()
+
+    routes = [
+        Route("/sessions", _guard(open_session), methods=["POST"]),
+        Route("/sessions/{sid}/tools/{name}", _guard(call_tool), methods=["POST"]),
+        Route("/sessions/{sid}/verify", _guard(verify), methods=["POST"]),
+        Route("/sessions/{sid}", _guard(delete_session), methods=["DELETE"]),
+        Route("/verify", _guard(verify_stateless), methods=["POST"]),
+        Route("/reference", _guard(reference), methods=["POST"]),
+        Route("/info", _guard(info), methods=["GET"]),
+        Route("/healthz", _guard(healthz), methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.host = h
+    return app

@@ -1,0 +1,63 @@
+"""Entry point of an environment server process: ``python -m palaestra.server.env_main SPEC``.
+
+The process binds 127.0.0.1 (port 0 by default), prints ``PALAESTRA_READY <port>`` once it accepts
+connections, and exits with its parent's stdin (so a killed runtime never leaves it behind)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import sys
+import threading
+
+import uvicorn
+
+from palaestra.envs.registry import load_env
+from palaestra.server.env_app import create_env_app
+from palaestra.server.sessions import EnvironmentHost
+
+
+def _watch_parent() -> None:
+    """Exit when stdin closes: the parent died or closed the pipe on purpose."""
+    try:
+        while sys.stdin.buffer.read(1024):
+            pass
+    except Exception:
+        pass
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="palaestra-env-server")
+    p.add_argument("spec")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--ttl", type=float, default=3600.0)
+    p.add_argument("--max-sessions", type=int, default=10_000)
+    p.add_argument("--watch-stdin", action="store_true")
+    a = p.parse_args(argv)
+    env = load_env(a.spec)
+    app = create_env_app(EnvironmentHost(env, ttl_s=a.ttl, max_sessions=a.max_sessions))
+    sock = socket.socket(socket.AF_INET6 if ":" in a.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((a.host, a.port))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", backlog=4096)
+    server = uvicorn.Server(config)
+    if a.watch_stdin:
+        threading.Thread(target=_watch_parent, daemon=True).start()
+
+    async def run() -> None:
+        serve = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not serve.done():
+            await asyncio.sleep(0.005)
+        print(f"PALAESTRA_READY {port}", flush=True)
+        await serve
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""The model proxy: one front for any backend that speaks three dialects and records every call.
+
+Agents and CLI harnesses talk to the proxy instead of the model, so every call of a rollout (request,
+response, latency, usage, token ids and logprobs) is captured in one place, whatever the harness.
+A rollout is named by the ``/rollouts/{rollout_id}`` URL prefix, which needs no cooperation from
+the harness beyond a base URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Literal
+
+from palaestra.core.errors import ModelError
+from palaestra.core.records import ModelCallRecord
+from palaestra.models.base import CallContext, ModelBackend
+from palaestra.server.model_app import create_model_app
+from palaestra.wire import translate
+
+log = logging.getLogger(__name__)
+
+Api = Literal["chat", "responses", "messages"]
+APIS: tuple[Api, ...] = ("chat", "responses", "messages")
+
+__all__ = ["APIS", "Api", "ModelProxy", "create_model_app", "token_fields"]
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return value
+    return None
+
+
+def token_fields(response: dict[str, Any]) -> tuple[list[int] | None, list[int] | None, list[float] | None]:
+    """Prompt ids, generated ids and per-token logprobs, from the fields vLLM adds to a chat response
+    (``prompt_token_ids``; ``choices[0].token_ids``; ``choices[0].logprobs.content[i].logprob``)."""
+    prompt_ids = _int_list(response.get("prompt_token_ids"))
+    choices = response.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    gen_ids = _int_list(choice.get("token_ids"))
+    logprobs = None
+    logprob_block = choice.get("logprobs")
+    content = logprob_block.get("content") if isinstance(logprob_block, dict) else None
+    if isinstance(content, list):
+        values = [c.get("logprob") for c in content if isinstance(c, dict)]
+        if values and all(isinstance(v, (int, float)) for v in values):
+            logprobs = [float(v) for v in values if v is not None]
+    return prompt_ids, gen_ids, logprobs
+
+
+def _int_usage(response: dict[str, Any]) -> dict[str, int]:
+    usage = response.get("usage")
+    if not isinstance(usage, dict):
+        return {}
+    return {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+class ModelProxy:
+    """Translate, call the backend, translate back, and keep a record per rollout until popped.
+
+    Calls for a rollout that was never registered are still recorded (a harness may only know the
+    URL), but at most ``max_unregistered`` such rollouts are kept, oldest dropped first, so a
+    long-lived server cannot grow without bound.
+    """
+
+    def __init__(self, backend: ModelBackend, *, max_unregistered: int = 1024) -> None:
+        self.backend = backend
+        self.max_unregistered = max_unregistered
+        self._contexts: dict[str, CallContext] = {}
+        self._calls: OrderedDict[str, list[ModelCallRecord]] = OrderedDict()
+        self._lock = threading.Lock()  # the app may run in a server thread while a runner pops calls
+
+    def register(self, rollout_id: str, ctx: CallContext | None = None) -> None:
+        ctx = ctx or CallContext()
+        if ctx.rollout_id is None:
+            ctx.rollout_id = rollout_id
+        with self._lock:
+            self._contexts[rollout_id] = ctx
+            self._calls.setdefault(rollout_id, [])
+
+    def unregister(self, rollout_id: str) -> None:
+        with self._lock:
+            self._contexts.pop(rollout_id, None)
+            self._calls.pop(rollout_id, None)
+
+    def pop_calls(self, rollout_id: str) -> list[ModelCallRecord]:
+        """The calls recorded for a rollout since the last pop; the proxy forgets them."""
+        with self._lock:
+            calls = self._calls.pop(rollout_id, [])
+            if rollout_id in self._contexts:
+                self._calls[rollout_id] = []
+        return calls
+
+    def context(self, rollout_id: str | None) -> CallContext:
+        if rollout_id is None:
+            return CallContext()
+        with self._lock:
+            return self._contexts.get(rollout_id) or CallContext(rollout_id=rollout_id)
+
+    async def complete(self, rollout_id: str | None, api: Api, body: dict[str, Any]) -> dict[str, Any]:
+        """Answer ``body`` (in the ``api`` dialect) and record the call under ``rollout_id``.
+
+        The record holds the chat request the backend saw and the chat response it gave, because
+        that is what the model actually consumed and produced (what a trainer needs); ``api`` names
+        the dialect the client spoke. Translation errors raise ``TranslationError`` (a bad request);
+        backend failures are recorded, then raised as ``ModelError``.
+        """
+        if api == "chat":
+            chat_request = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+        elif api == "responses":
+            chat_request = translate.responses_to_chat(body)
+        elif api == "messages":
+            chat_request = translate.messages_to_chat(body)
+        else:
+            raise ValueError(f"unknown api {api!r}: use one of {APIS}")
+        ctx = self.context(rollout_id)
+        started = time.time()
+        t0 = time.perf_counter()
+        try:
+            response = await self.backend.chat(chat_request, ctx)
+        except ModelError as exc:
+            self._record(rollout_id, ModelCallRecord(
+                api=api, request=chat_request, error=exc.to_dict(), status=exc.status or 502,
+                started=started, latency_s=time.perf_counter() - t0))
+            raise
+        except Exception as exc:
+            log.exception("model backend %s crashed", getattr(self.backend, "name", "?"))
+            error = ModelError(
+                f"model backend {getattr(self.backend, 'name', '?')!r} crashed: {type(exc).__name__}: {exc}",
+                hint="this is a bug in the backend; see the server log for the traceback",
+            )
+            self._record(rollout_id, ModelCallRecord(
+                api=api, request=chat_request, error=error.to_dict(), status=500,
+                started=started, latency_s=time.perf_counter() - t0))
+            raise error from exc
+        latency = time.perf_counter() - t0
+        if not isinstance(response, dict):
+            raise ModelError(f"model backend returned {type(response).__name__}, not a chat completion dict")
+        prompt_ids, gen_ids, logprobs = token_fields(response)
+        self._record(rollout_id, ModelCallRecord(
+            api=api, request=chat_request, response=response, status=200, started=started, latency_s=latency,
+            usage=_int_usage(response), prompt_token_ids=prompt_ids, generation_token_ids=gen_ids,
+            generation_logprobs=logprobs))
+        if api == "responses":
+            return translate.chat_to_responses(response, body)
+        if api == "messages":
+            return translate.chat_to_messages(response, body)
+        return response
+
+    def _record(self, rollout_id: str | None, record: ModelCallRecord) -> None:
+        if rollout_id is None:
+            return
+        with self._lock:
+            calls = self._calls.get(rollout_id)
+            if calls is None:
+                calls = self._calls[rollout_id] = []
+                self._evict()
+            calls.append(record)
+
+    def _evict(self) -> None:
+        unregistered = [rid for rid in self._calls if rid not in self._contexts]
+        for rid in unregistered[: max(0, len(unregistered) - self.max_unregistered)]:
+            del self._calls[rid]

@@ -1,0 +1,241 @@
+"""OpenAIBackend against a real upstream on 127.0.0.1 that fails in scripted ways."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import socket
+import time
+from collections import Counter
+from typing import Any
+
+import orjson
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from palaestra.core.errors import ConfigError, ModelError
+from palaestra.models.base import CallContext
+from palaestra.models.openai_http import OpenAIBackend, api_key_from_env, retry_after_seconds
+
+KEY = "sk-test-secret-123"
+
+
+def completion(model: str, text: str = "hello") -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+    }
+
+
+class Upstream:
+    """A fake OpenAI-compatible server: the first path segment picks its misbehaviour."""
+
+    def __init__(self) -> None:
+        self.hits: Counter[str] = Counter()
+        self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.times: list[float] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.app = Starlette(routes=[
+            Route("/{scenario}/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/{scenario}/v1/responses", self.responses, methods=["POST"]),
+        ])
+
+    async def chat(self, request: Request) -> Response:
+        scenario = request.path_params["scenario"]
+        self.hits[scenario] += 1
+        self.times.append(time.monotonic())
+        body = orjson.loads(await request.body())
+        self.bodies.append(body)
+        self.headers.append(dict(request.headers))
+        n = self.hits[scenario]
+        ok = Response(orjson.dumps(completion(body.get("model", "?"))), media_type="application/json")
+        if scenario == "flaky":
+            return ok if n > 2 else Response(b'{"error": {"message": "engine overloaded"}}', status_code=500)
+        if scenario == "ratelimit":
+            return ok if n > 1 else Response(b"slow down", status_code=429, headers={"retry-after": "1"})
+        if scenario == "garbage":
+            return Response(b"<html>definitely not json</html>", media_type="text/html")
+        if scenario == "hang":
+            await asyncio.sleep(2)
+        if scenario == "bad":
+            return Response(b'{"error": {"message": "max_tokens is too large"}}', status_code=400)
+        if scenario == "unauth":
+            return Response(b'{"error": {"message": "invalid key"}}', status_code=401)
+        if scenario == "error200":
+            return Response(b'{"error": {"message": "provider overloaded", "code": 503}}')
+        if scenario == "slow":
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            await asyncio.sleep(0.1)
+            self.in_flight -= 1
+        return ok
+
+    async def responses(self, request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        self.bodies.append(body)
+        out = {"id": "resp_1", "object": "response", "status": "completed", "model": body.get("model"),
+               "output": [], "error": None}
+        return Response(orjson.dumps(out), media_type="application/json")
+
+
+@pytest.fixture
+def upstream(live_server: Any) -> tuple[Upstream, str]:
+    up = Upstream()
+    return up, live_server(up.app)
+
+
+def backend(url: str, scenario: str, **kw: Any) -> OpenAIBackend:
+    kw.setdefault("backoff_base", 0.01)
+    return OpenAIBackend(f"{url}/{scenario}/v1", **kw)
+
+
+async def test_ok_fills_model_merges_extra_body_and_sends_key(upstream: tuple[Upstream, str]) -> None:
+    up, url = upstream
+    b = backend(url, "ok", model="served-model", api_key=KEY, extra_body={"top_k": 20})
+    try:
+        out = await b.chat({"model": "client-name", "messages": [{"role": "user", "content": "hi"}],
+                            "stream": True, "stream_options": {"include_usage": True}}, CallContext())
+    finally:
+        await b.aclose()
+    assert out["choices"][0]["message"]["content"] == "hello"
+    sent = up.bodies[-1]
+    assert sent["model"] == "served-model" and sent["top_k"] == 20
+    assert "stream" not in sent and "stream_options" not in sent
+    assert up.headers[-1]["authorization"] == f"Bearer {KEY}"
+    assert KEY not in repr(b)
+
+
+async def test_500_twice_then_ok_is_retried(upstream: tuple[Upstream, str]) -> None:
+    up, url = upstream
+    b = backend(url, "flaky", max_retries=3)
+    out = await b.chat({"messages": []}, CallContext())
+    await b.aclose()
+    assert out["object"] == "chat.completion"
+    assert up.hits["flaky"] == 3
+
+
+async def test_500_exhausts_retries(upstream: tuple[Upstream, str]) -> None:
+    up, url = upstream
+    b = backend(url, "flaky", max_retries=1)
+    with pytest.raises(ModelError) as info:
+        await b.chat({"messages": []}, CallContext())
+    await b.aclose()
+    assert info.value.status == 500 and up.hits["flaky"] == 2
+    assert "engine overloaded" in info.value.message and "2 attempts" in info.value.message
+
+
+async def test_429_honours_retry_after(upstream: tuple[Upstream, str]) -> None:
+    up, url = upstream
+    b = backend(url, "ratelimit", max_retries=2)
+    await b.chat({"messages": []}, CallContext())
+    await b.aclose()
+    assert up.hits["ratelimit"] == 2
+    gap = up.times[1] - up.times[0]
+    assert 0.9 <= gap < 3.0
+
+
+async def test_garbage_body_is_a_clear_model_error(upstream: tuple[Upstream, str]) -> None:
+    up, url = upstream
+    b = backend(url, "garbage")
+    with pytest.raises(ModelError) as info:
+        await b.chat({"messages": []}, CallContext())
+    await b.aclose()
+    msg = info.value.message
+    assert "HTTP 200" in msg and "definitely not json" in msg and f"{url}/garbage/v1/chat/completions" in msg
+    assert up.hits["garbage"] == 1
+
+
+async def test_hang_times_out(upstream: tuple[Upstream, str]) -> None:
+    up, url = upstream
+    b = backend(url, "hang", timeout=0.3, max_retries=1)
+    t0 = time.monotonic()
+    with pytest.raises(ModelError) as info:
+        await b.chat({"messages": []}, CallContext())
+    await b.aclose()
+    assert "timed out" in info.value.message
+    assert time.monotonic() - t0 < 1.5
+    assert up.hits["hang"] == 2
+
+
+async def test_400_is_not_retried_and_401_hides_key(upstream: tuple[Upstream, str]) -> None:
+    up, url = upstream
+    b = backend(url, "bad", max_retries=3)
+    with pytest.raises(ModelError) as info:
+        await b.chat({"messages": []}, CallContext())
+    assert info.value.status == 400 and "max_tokens is too large" in info.value.message
+    assert up.hits["bad"] == 1
+    await b.aclose()
+    b = backend(url, "unauth", api_key=KEY)
+    with pytest.raises(ModelError) as info:
+        await b.chat({"messages": []}, CallContext())
+    await b.aclose()
+    assert info.value.status == 401 and KEY not in str(info.value) and "API key" in str(info.value)
+
+
+async def test_error_inside_200_body(upstream: tuple[Upstream, str]) -> None:
+    _, url = upstream
+    b = backend(url, "error200")
+    with pytest.raises(ModelError) as info:
+        await b.chat({"messages": []}, CallContext())
+    await b.aclose()
+    assert info.value.status == 503 and "provider overloaded" in info.value.message
+
+
+async def test_concurrency_limit(upstream: tuple[Upstream, str]) -> None:
+    up, url = upstream
+    b = backend(url, "slow", max_concurrency=2)
+    await asyncio.gather(*(b.chat({"messages": []}, CallContext()) for _ in range(6)))
+    await b.aclose()
+    assert up.hits["slow"] == 6 and up.max_in_flight == 2
+
+
+async def test_responses_endpoint(upstream: tuple[Upstream, str]) -> None:
+    up, url = upstream
+    b = backend(url, "ok", model="m")
+    out = await b.responses({"input": "hi"})
+    await b.aclose()
+    assert out["object"] == "response" and up.bodies[-1] == {"input": "hi", "model": "m"}
+
+
+async def test_connection_refused_is_retried_then_fails() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    b = OpenAIBackend(f"http://127.0.0.1:{port}/v1", max_retries=2, backoff_base=0.01)
+    with pytest.raises(ModelError) as info:
+        await b.chat({"messages": []}, CallContext())
+    await b.aclose()
+    assert "cannot reach the model" in info.value.message and "3 attempts" in info.value.message
+
+
+def test_retry_after_parsing() -> None:
+    assert retry_after_seconds("2") == 2.0
+    assert retry_after_seconds("1000") == 60.0
+    assert retry_after_seconds("garbage") is None and retry_after_seconds(None) is None
+    future = email.utils.formatdate(time.time() + 30, usegmt=True)
+    parsed = retry_after_seconds(future)
+    assert parsed is not None and 28 <= parsed <= 30
+    assert retry_after_seconds(email.utils.formatdate(time.time() - 30, usegmt=True)) == 0.0
+
+
+def test_api_key_from_env_and_file(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_KEY", " abc \n")
+    assert api_key_from_env("MY_KEY") == "abc"
+    monkeypatch.delenv("MY_KEY")
+    assert api_key_from_env("MY_KEY") is None
+    path = tmp_path / "key"
+    path.write_text("from-file\n")
+    assert api_key_from_env("MY_KEY", file=path) == "from-file"
+    with pytest.raises(ConfigError, match="cannot read the API key file"):
+        api_key_from_env(file=tmp_path / "missing")
+
+
+def test_bad_base_url() -> None:
+    with pytest.raises(ConfigError, match="not an http"):
+        OpenAIBackend("localhost:8000/v1")
