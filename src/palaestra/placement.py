@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import httpx
 
 from palaestra.client.env_client import EnvClient, HttpEnvClient
 from palaestra.core.environment import Environment
@@ -159,5 +158,5 @@ async def mount_env(spec: str | Environment, placement: str = "inprocess") -> Mo
         client = DirectEnvClient(host)
     else:
         app = create_env_app(host)
-        client = HttpEnvClient("http://inprocess", name=env.name, transport=httpx.ASGITransport(app=app))
+        client = HttpEnvClient(name=env.name, app=app)
     return MountedEnv(env.name, spec_str, placement, client, type(env), None, None, time.perf_counter() - t0)

@@ -79,7 +79,8 @@ def test_pass_at_k_and_pass_hat_k_are_means_over_tasks() -> None:
 
 
 def test_explicit_passed_flag_overrides_reward_threshold() -> None:
-    o = compute_metrics([ro("t", 0, reward=0.7, passed=True), ro("t", 1, reward=1.0, passed=False)])["overall"]
+    rollouts = [ro("t", 0, reward=0.7, passed=True), ro("t", 1, reward=1.0, passed=False)]
+    o = compute_metrics(rollouts)["overall"]
     assert o["pass_at_k"]["1"] == pytest.approx(0.5)
     assert o["mean_reward"] == pytest.approx(0.85)
 
@@ -128,7 +129,7 @@ def test_empty_input_is_well_formed_and_json_able() -> None:
     assert o["n_tasks"] == 0 and o["n_rollouts_scored"] == 0 and o["n_failed"] == {}
     assert o["mean_reward"] is None and o["reward_ci95"] is None and o["coverage"] is None
     assert o["pass_at_k"] == {} and o["majority_at_k"] is None
-    assert m["groups"] == {} and m["per_task"] == {}
+    assert m["groups"] == {} and m["per_task"] == {} and m["invalid_records"] == []
     json.dumps(m, allow_nan=False)
     only_failures = compute_metrics([ro("t", fail="sandbox")], expected={("mcqa", "t"): 2})
     assert only_failures["overall"]["coverage"] == 0.0
@@ -154,6 +155,14 @@ def test_format_table_shows_groups_and_ks() -> None:
     console = Console(record=True, width=220)
     console.print(format_table(compute_metrics(rollouts)))
     text = console.export_text()
-    for needle in ("overall", "model=m1", "model=m2", "pass@1", "pass@4", "pass^4", "maj@4", "model 1"):
+    for needle in ("overall", "model=m1", "model=m2", "pass@1", "pass@4", "pass^4", "model 1"):
         assert needle in text, needle
     assert "pass@8" not in text  # samples of two models are never pooled into one task
+
+
+def test_invalid_journal_records_are_reported_not_fatal() -> None:
+    good = json.loads(ro("t", 0, reward=1.0).model_dump_json())
+    m = compute_metrics([good, {"rollout_id": "x", "task_id": "t"}, {"hello": 1}])
+    assert m["overall"]["n_rollouts_scored"] == 1
+    assert len(m["invalid_records"]) == 2
+    assert m["invalid_records"][0].startswith("record 2: not a Rollout (env: Field required")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
@@ -17,6 +17,7 @@ from palaestra.models.base import CallContext
 from palaestra.models.openai_http import OpenAIBackend
 from palaestra.models.scripted import ScriptedBackend
 from palaestra.server.model_proxy import ModelProxy, create_model_app
+from palaestra.wire import translate
 
 REF = Reference(tool_calls=[ToolCall(name="get_weather", arguments={"city": "Paris"})],
                 final_answer="Sunny, 21C")
@@ -232,21 +233,17 @@ async def test_official_openai_sdk(live_server: Any) -> None:
                                                      "parameters": WEATHER, "strict": False}])
         assert resp.output[0].type == "function_call" and resp.output[0].name == "get_weather"
         item = resp.output[0]
-        call_item = {"type": "function_call", "call_id": item.call_id, "name": item.name,
-                     "arguments": item.arguments}
-        final = await client.responses.create(model="x", input=[
+        followup: Any = [
             {"role": "user", "content": "weather?"},
-            call_item,
+            {"type": "function_call", "call_id": item.call_id, "name": item.name,
+             "arguments": item.arguments},
             {"type": "function_call_output", "call_id": item.call_id, "output": "sunny"},
-        ])
+        ]
+        final = await client.responses.create(model="x", input=followup)
         assert final.output_text == "Sunny, 21C"
-        streamed = [e async for e in await client.responses.create(model="x", input=[
-            {"role": "user", "content": "weather?"},
-            call_item,
-            {"type": "function_call_output", "call_id": item.call_id, "output": "sunny"},
-        ], stream=True)]
-        deltas = [e.delta for e in streamed if e.type == "response.output_text.delta"]
-        assert deltas == ["Sunny, 21C"] and streamed[-1].response.output_text == "Sunny, 21C"  # type: ignore[union-attr]
+        streamed = [e async for e in await client.responses.create(model="x", input=followup, stream=True)]
+        deltas = [cast(Any, e).delta for e in streamed if e.type == "response.output_text.delta"]
+        assert deltas == ["Sunny, 21C"] and cast(Any, streamed[-1]).response.output_text == "Sunny, 21C"
 
         events = [e async for e in await client.responses.create(model="x", input="weather?", stream=True)]
         kinds = [e.type for e in events]
@@ -265,3 +262,35 @@ async def test_sse_chat_shape(asgi: tuple[ModelProxy, httpx.AsyncClient]) -> Non
     assert orjson.loads(orjson.dumps(events[-2][1]))["choices"][0]["finish_reason"] == "stop"
     with pytest.raises(ModelError):
         await ModelProxy(ScriptedBackend("null", failure_rate=1.0)).complete(None, "chat", {"messages": []})
+
+
+def test_translate_edge_cases() -> None:
+    chat = translate.responses_to_chat({
+        "instructions": "sys", "text": {"format": {"type": "json_schema", "name": "a", "schema": {}}},
+        "tools": [{"type": "custom", "name": "apply_patch"}, {"type": "web_search"}],
+        "reasoning": {"effort": "low"}, "tool_choice": {"type": "function", "name": "apply_patch"},
+        "input": [{"role": "developer", "content": "dev"}, {"role": "user", "content": "go"},
+                  {"type": "reasoning", "summary": []},
+                  {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** patch"},
+                  {"type": "custom_tool_call_output", "call_id": "c1", "output": "done"}],
+    })
+    assert chat["messages"][0] == {"role": "system", "content": "sys\n\ndev"}
+    assert json.loads(chat["messages"][2]["tool_calls"][0]["function"]["arguments"]) == {"input": "*** patch"}
+    assert [t["function"]["name"] for t in chat["tools"]] == ["apply_patch"]
+    assert chat["response_format"]["json_schema"]["name"] == "a" and chat["reasoning_effort"] == "low"
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "apply_patch"}}
+    call = {"id": "c2", "type": "function",
+            "function": {"name": "apply_patch", "arguments": '{"input": "p"}'}}
+    resp = {"id": "x",
+            "choices": [{"message": {"content": None, "tool_calls": [call]}, "finish_reason": "length"}]}
+    out = translate.chat_to_responses(resp, {"tools": [{"type": "custom", "name": "apply_patch"}]})
+    assert out["status"] == "incomplete" and out["output"][0]["type"] == "custom_tool_call"
+    assert out["output"][0]["input"] == "p"
+    with pytest.raises(translate.TranslationError, match=r"input\[0\]"):
+        translate.responses_to_chat({"input": [3]})
+    stopped = {"choices": [{"message": {"content": "ab"}, "finish_reason": "stop", "stop_reason": "END"}]}
+    msg = translate.chat_to_messages(stopped, {"stop_sequences": ["END"]})
+    assert msg["stop_reason"] == "stop_sequence" and msg["stop_sequence"] == "END"
+    broken = {"id": "t", "function": {"name": "f", "arguments": "{"}}
+    bad_args = {"choices": [{"message": {"tool_calls": [broken]}}]}
+    assert translate.chat_to_messages(bad_args)["content"][0]["input"] == {"_unparsed_arguments": "{"}

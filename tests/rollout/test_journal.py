@@ -22,8 +22,8 @@ def rec(i: int, size: int = 50) -> dict[str, object]:
 
 async def test_roundtrip_of_dicts_and_models(tmp_path: Path) -> None:
     path = tmp_path / "run" / "rollouts.jsonl"  # the parent directory is created
-    rollout = Rollout(rollout_id="r1", task_id="t1", env="mcqa", agent="tool", model="m", outcome=Outcome.scored(),
-                      verdict=Verdict(reward=1.0, answer="B"))
+    rollout = Rollout(rollout_id="r1", task_id="t1", env="mcqa", agent="tool", model="m",
+                      outcome=Outcome.scored(), verdict=Verdict(reward=1.0, answer="B"))
     async with Journal(path) as j:
         await j.append(rec(0))
         await j.append(rollout)
@@ -55,6 +55,18 @@ async def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
     assert problems == []
     assert len(records) == 3000 == len(path.read_bytes().splitlines())
     assert sorted(r["id"] for r in records)[:2000] == list(range(2000))
+
+
+async def test_close_flushes_queued_appends_and_cancelled_callers_do_not_break_it(tmp_path: Path) -> None:
+    j = await Journal(tmp_path / "rollouts.jsonl").open()
+    tasks = [asyncio.create_task(j.append(rec(i))) for i in range(100)]
+    await asyncio.sleep(0)  # all queued, none acknowledged yet
+    tasks[0].cancel()  # the caller gives up; the writer must not trip over its future
+    await j.close()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(results[0], asyncio.CancelledError) and results[1:] == [None] * 99
+    records, problems = read_journal(j.path)
+    assert problems == [] and {r["id"] for r in records} >= set(range(1, 100))
 
 
 async def test_append_requires_open_and_rejects_unencodable_records(tmp_path: Path) -> None:
@@ -108,7 +120,8 @@ def test_torn_tail_is_reported_dropped_and_repaired(tmp_path: Path) -> None:
 
 def test_invalid_lines_middle_versus_end(tmp_path: Path) -> None:
     path = tmp_path / "rollouts.jsonl"
-    lines = [json.dumps(rec(0)), "{oops", "", json.dumps(rec(1)), "[1, 2]", json.dumps(rec(2)), "\x00\x00garbage"]
+    lines = [json.dumps(rec(0)), "{oops", "", json.dumps(rec(1)), "[1, 2]", json.dumps(rec(2)),
+             "\x00\x00garbage"]
     path.write_text("\n".join(lines) + "\n")
     records, problems = read_journal(path)
     assert [r["id"] for r in records] == [0, 1, 2]
@@ -189,7 +202,8 @@ def test_failed_write_rolls_back_and_names_path_and_errno(tmp_path: Path) -> Non
     acked = [int(line) for line in out.stdout.splitlines() if not line.startswith("ERR")]
     assert len(errors) == 8, out.stderr  # every append of the failing batch is told, none is left hanging
     assert 40 < len(acked) < 60
-    assert all(line.startswith(f"ERR {errno.EFBIG} ") and str(path) in line and "EFBIG" in line for line in errors)
+    for line in errors:
+        assert line.startswith(f"ERR {errno.EFBIG} ") and str(path) in line and "EFBIG" in line, line
     records, problems = read_journal(path)
     assert problems == []  # the partial batch was truncated away
     assert sorted(r["id"] for r in records) == sorted(acked)

@@ -40,6 +40,7 @@ def run(
     config: Optional[str] = typer.Option(None, "--config", help="run.yaml with the same fields as the flags."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Finish the run in this directory."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    show_config: bool = typer.Option(False, "--show-config", help="Print the resolved config and exit."),
 ) -> None:
     """Collect rollouts, journal them, and print metrics. Re-running with the same --out resumes."""
     from palaestra.cli.progress import run_with_progress
@@ -56,8 +57,23 @@ def run(
             fail(f"{resume} is not a run directory (no {RUN_JSON})", "give the --out directory of an earlier run")
         base = read_manifest(Path(resume))["config"]
         flags = {**{k: v for k, v in base.items() if v is not None}, **flags, "out": resume}
-    cfg, _ = guarded(resolve, flags, config)
+    cfg, sources = guarded(resolve, flags, config)
+    if show_config:
+        print_config(cfg.model_dump(mode="json"), sources)
+        return
     run_with_progress(cfg, quiet=quiet)
+
+
+def print_config(values: dict[str, Any], sources: dict[str, str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from palaestra.rollout.rundir import redact
+
+    table = Table("option", "value", "from", title="resolved run config")
+    for key, value in redact(values).items():
+        table.add_row(key, json.dumps(value), sources.get(key, "default"))
+    Console().print(table)
 
 
 @app.command("metrics")

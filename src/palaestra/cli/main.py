@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import typer
 
-from palaestra.cli import env_cmds, eval_cmds, model_cmds
+from palaestra.cli import config_cmds, env_cmds, eval_cmds, model_cmds
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Palaestra: evaluate LLM agents in stateful environments and collect RL rollouts.")
 app.add_typer(env_cmds.app, name="env")
 app.add_typer(model_cmds.app, name="model")
 app.add_typer(eval_cmds.app, name="eval")
+app.add_typer(config_cmds.app, name="config")
 
 
 def _version(value: bool) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import httpx
 import orjson
 
 from palaestra.core.errors import (
@@ -14,6 +13,7 @@ from palaestra.core.errors import (
     PalaestraError,
     VerifierError,
 )
+from palaestra.client.transport import AsgiTransport, NetworkTransport, Transport, TransportFailure
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 from palaestra.wire.env import SessionHandle, ToolResult
 
@@ -38,56 +38,52 @@ _CALL_ERRORS = {"unknown_tool", "bad_arguments", "tool_error", "tool_exception"}
 
 
 class HttpEnvClient:
-    """Environment client over HTTP. ``transport`` may be ``httpx.ASGITransport(app)`` for in-process."""
+    """Environment client over HTTP: pass ``base_url`` for a server, or ``app`` for an in-process ASGI app."""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str = "http://inprocess",
         *,
         name: str = "",
-        transport: httpx.AsyncBaseTransport | None = None,
+        app: Any = None,
         timeout: float = 60.0,
         max_connections: int = 1024,
         token: str | None = None,
     ) -> None:
         self.name = name
-        self.base_url = base_url.rstrip("/")
         headers = {"content-type": "application/json"}
         if token:
             headers["authorization"] = f"Bearer {token}"
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            transport=transport,
-            timeout=timeout,
-            headers=headers,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        )
+        self._t: Transport = (AsgiTransport(app, timeout=timeout, headers=headers) if app is not None else
+                              NetworkTransport(base_url, timeout=timeout, max_connections=max_connections,
+                                               headers=headers))
+        self.base_url = self._t.base_url
 
     async def _request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None) -> Any:
         content = raw if raw is not None else (orjson.dumps(body) if body is not None else None)
         try:
-            resp = await self._http.request(method, path, content=content)
-        except httpx.TimeoutException as exc:
+            status, payload = await self._t.request(method, path, content)
+        except TransportFailure as exc:
+            if exc.kind == "timeout":
+                raise EnvironmentFailure(
+                    f"environment '{self.name}' at {self.base_url} timed out on {method} {path}",
+                    hint="the tool or verifier took too long; raise the timeout or fix the environment",
+                ) from exc
             raise EnvironmentFailure(
-                f"environment '{self.name}' at {self.base_url} timed out on {method} {path}",
-                hint="the tool or verifier took too long; raise the timeout or fix the environment",
-            ) from exc
-        except httpx.TransportError as exc:
-            raise EnvironmentFailure(
-                f"environment '{self.name}' at {self.base_url} unreachable on {method} {path}: {exc!r}",
+                f"environment '{self.name}' at {self.base_url} unreachable on {method} {path}: {exc.detail}",
                 hint="is the environment server running? check its log",
             ) from exc
         try:
-            data = orjson.loads(resp.content) if resp.content else None
+            data = orjson.loads(payload) if payload else None
         except orjson.JSONDecodeError:
             raise EnvironmentFailure(
-                f"environment '{self.name}' answered {resp.status_code} with a non-JSON body on {method} {path}: "
-                f"{resp.text[:200]!r}"
+                f"environment '{self.name}' answered {status} with a non-JSON body on {method} {path}: "
+                f"{payload[:200]!r}"
             ) from None
-        if resp.status_code >= 400:
+        if status >= 400:
             err = (data or {}).get("error") if isinstance(data, dict) else None
             err = err if isinstance(err, dict) else {"kind": "environment", "message": str(data)[:500]}
-            raise _error_from(err, resp.status_code, f"{method} {path}")
+            raise _error_from(err, status, f"{method} {path}")
         return data
 
     async def info(self) -> dict[str, Any]:
@@ -136,7 +132,7 @@ class HttpEnvClient:
         return dict(await self._request("GET", "/healthz"))
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._t.aclose()
 
 
 def _error_from(err: dict[str, Any], status: int, where: str) -> PalaestraError:

@@ -37,7 +37,7 @@ __all__ = [
 
 def _check(n: int, c: int, k: int) -> None:
     if n < 1:
-        raise ValueError(f"pass@k needs at least one sample (n={n}); drop tasks with no scored rollouts first")
+        raise ValueError(f"pass@k needs at least one sample (n={n}); drop tasks with no scored rollouts")
     if not 0 <= c <= n:
         raise ValueError(f"number correct c={c} must be between 0 and n={n}")
     if not 1 <= k <= n:
@@ -166,7 +166,8 @@ def cluster_bootstrap_ci(
 
 
 def mean_reward_ci(
-    rewards_per_task: Sequence[Sequence[float]], *, n_boot: int = 1000, seed: int = 0, confidence: float = 0.95
+    rewards_per_task: Sequence[Sequence[float]], *, n_boot: int = 1000, seed: int = 0,
+    confidence: float = 0.95,
 ) -> tuple[float, float] | None:
     """CI of the rollout-weighted mean reward (total reward / scored rollouts), clustered by task."""
     return cluster_bootstrap_ci(

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
 from rich.table import Table
 
 from palaestra.core.records import Rollout
@@ -48,16 +49,27 @@ class _Unit:
     failed: list[Rollout] = field(default_factory=list)
 
 
-def _effective(rollouts: Iterable[Rollout | Mapping[str, Any]]) -> list[Rollout]:
-    """One rollout per (env, agent, model, task, repeat): the last scored attempt, else the last attempt."""
+def _effective(rollouts: Iterable[Rollout | Mapping[str, Any]]) -> tuple[list[Rollout], list[str]]:
+    """One rollout per (env, agent, model, task, repeat): the last scored attempt, else the last attempt.
+
+    A journal dict that is not a valid Rollout is reported, not fatal: metrics of a long run must not be
+    lost to one odd record.
+    """
     best: dict[tuple[str, str, str, str, int], tuple[tuple[int, int, int], Rollout]] = {}
+    invalid: list[str] = []
     for seq, raw in enumerate(rollouts):
-        r = raw if isinstance(raw, Rollout) else Rollout.model_validate(raw)
+        try:
+            r = raw if isinstance(raw, Rollout) else Rollout.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"]))
+            invalid.append(f"record {seq + 1}: not a Rollout ({where}: {first['msg']})")
+            continue
         slot = (r.env, r.agent, r.model, r.task_id, r.repeat)
         rank = (1 if _is_scored(r) else 0, r.attempt, seq)
         if slot not in best or rank > best[slot][0]:
             best[slot] = (rank, r)
-    return [r for _, r in best.values()]
+    return [r for _, r in best.values()], invalid
 
 
 def _is_scored(r: Rollout) -> bool:
@@ -136,7 +148,8 @@ def compute_metrics(
 
     ``expected`` maps ``(env, task_id)`` to the number of repeats requested for that task.
     """
-    effective = sorted(_effective(rollouts), key=lambda r: (r.env, r.task_id, r.repeat, r.agent, r.model))
+    effective, invalid = _effective(rollouts)
+    effective.sort(key=lambda r: (r.env, r.task_id, r.repeat, r.agent, r.model))
     overall: dict[UnitKey, _Unit] = {}
     groups: dict[str, dict[UnitKey, _Unit]] = {}
     # Per unit: slots seen and slots scored, for coverage.
@@ -186,6 +199,7 @@ def compute_metrics(
         "groups": {label: _block(groups[label], group_expected[label], group_covered[label], n_boot, seed)
                    for label in sorted(groups)},
         "per_task": dict(sorted(per_task.items())),
+        "invalid_records": invalid,
     }
 
 
@@ -194,34 +208,39 @@ def _fmt(x: Any, digits: int = 3) -> str:
 
 
 def format_table(metrics: Mapping[str, Any], title: str | None = "Palaestra metrics") -> Table:
-    """A rich table of the overall block and each group, for the CLI summary."""
+    """A rich table with one row per metric and one column per block (overall, then each group), so it
+    stays readable in an 80-column terminal however many k values there are."""
     blocks: list[tuple[str, Mapping[str, Any]]] = [("overall", metrics.get("overall") or {})]
-    blocks += list((metrics.get("groups") or {}).items())
+    groups = list((metrics.get("groups") or {}).items())
+    if len(groups) > 1:
+        blocks += groups
     ks = sorted({int(k) for _, b in blocks for k in (b.get("pass_at_k") or {})})
-    # pass^k and maj@k get one column each, at the largest k that every non-empty block reports
-    common = set.intersection(*[set(b["pass_at_k"]) for _, b in blocks if b.get("pass_at_k")] or [set()])
-    k_max = max(common, key=int) if common else None
     table = Table(title=title)
-    for name in ("group", "tasks", "scored", "failed", "coverage", "reward [95% CI]"):
-        table.add_column(name, justify="left" if name == "group" else "right")
-    for k in ks:
-        table.add_column(f"pass@{k}", justify="right")
-    if k_max is not None:
-        table.add_column(f"pass^{k_max}", justify="right")
-        table.add_column(f"maj@{k_max}", justify="right")
-    for name, b in blocks:
-        failed = b.get("n_failed") or {}
-        failed_text = str(sum(failed.values()))
-        if failed:
-            failed_text += " (" + ", ".join(f"{kind} {n}" for kind, n in failed.items()) + ")"
+    table.add_column("metric")
+    for name, _ in blocks:
+        table.add_column(name.replace(" ", "\n"), justify="right")
+
+    def row(label: str, fn: Any) -> None:
+        table.add_row(label, *[fn(b) for _, b in blocks])
+
+    def failed(b: Mapping[str, Any]) -> str:
+        kinds = b.get("n_failed") or {}
+        return str(sum(kinds.values())) + ("".join(f"\n{k} {n}" for k, n in kinds.items()) if kinds else "")
+
+    def reward(b: Mapping[str, Any]) -> str:
         ci = b.get("reward_ci95")
-        reward = _fmt(b.get("mean_reward")) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")
-        cov = b.get("coverage")
-        row = [name, str(b.get("n_tasks", 0)), str(b.get("n_rollouts_scored", 0)), failed_text,
-               "–" if cov is None else f"{100 * cov:.1f}%", reward]
-        row += [_fmt((b.get("pass_at_k") or {}).get(str(k))) for k in ks]
-        if k_max is not None:
-            row.append(_fmt((b.get("pass_hat_k") or {}).get(k_max)))
-            row.append(_fmt((b.get("majority_at_k") or {}).get(k_max)))
-        table.add_row(*row, end_section=name == "overall")
+        return _fmt(b.get("mean_reward")) + (f"\n[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")
+
+    row("tasks", lambda b: str(b.get("n_tasks", 0)))
+    row("rollouts scored", lambda b: str(b.get("n_rollouts_scored", 0)))
+    row("failed", failed)
+    row("coverage", lambda b: "–" if b.get("coverage") is None else f"{100 * b['coverage']:.1f}%")
+    row("mean reward [95% CI]", reward)
+    for k in ks:
+        row(f"pass@{k}", lambda b, k=k: _fmt((b.get("pass_at_k") or {}).get(str(k))))
+    for k in ks[1:]:
+        row(f"pass^{k}", lambda b, k=k: _fmt((b.get("pass_hat_k") or {}).get(str(k))))
+    if any(b.get("majority_at_k") for _, b in blocks):
+        for k in ks:
+            row(f"maj@{k}", lambda b, k=k: _fmt((b.get("majority_at_k") or {}).get(str(k))))
     return table

@@ -1,16 +1,12 @@
-"""The run journal: ``rollouts.jsonl``, append-only, one JSON object per line, fsynced before acknowledging.
+"""The run journal ``rollouts.jsonl``: append-only JSONL, fsynced before an append is acknowledged.
 
 Resume trusts the journal completely, so it must never claim a record that is not durably on disk, and a
-crash at any instant must leave a file that reads back as whole records. Hence:
-
-* Group commit: ``append`` queues the encoded line and waits; one background task writes everything queued
-  with one ``write`` and one ``fsync`` (in a worker thread, so the event loop keeps running) and then
-  acknowledges the batch. Appends arriving during an fsync form the next batch: thousands of records per
-  second cost tens of fsyncs.
-* Clean boundaries: a failed write or fsync truncates the file back to the last acknowledged byte and fails
-  every append of the batch with ``JournalError``; a crash mid-write leaves at most a torn last line, which
-  ``read_journal`` reports and drops and ``repair`` (run by ``open``) cuts off.
-* One writer: an exclusive ``flock`` keeps a second process resuming the same run from interleaving.
+crash at any instant must leave whole records. Group commit makes that cheap: ``append`` queues its line
+and waits; one background task writes everything queued with one ``write`` and one ``fsync`` (in a worker
+thread, so the loop keeps running), then acknowledges the batch, so thousands of records per second cost
+tens of fsyncs. A failed write or fsync truncates back to the last acknowledged byte and fails the whole
+batch with ``JournalError``; a crash mid-write leaves at most a torn last line, which ``read_journal``
+drops and ``repair`` (run by ``open``) cuts off. An exclusive ``flock`` keeps a second writer out.
 """
 
 from __future__ import annotations
@@ -19,6 +15,7 @@ import asyncio
 import errno as errno_mod
 import fcntl
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,7 @@ from palaestra.core.errors import PalaestraError
 
 __all__ = ["Journal", "JournalError", "encode_record", "read_journal", "repair"]
 
-_SCAN_BLOCK = 1 << 16
+_Batch = list[tuple[bytes, "asyncio.Future[None]"]]  # encoded lines and the appends waiting on them
 _RESUME_HINT = "free space or fix the disk holding the run directory, then resume the run"
 
 
@@ -53,7 +50,7 @@ def encode_record(record: Mapping[str, Any] | BaseModel) -> bytes:
     try:
         return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
     except TypeError as exc:  # orjson.JSONEncodeError subclasses TypeError
-        raise TypeError(f"journal record is not JSON-serialisable: {exc}; convert it to plain JSON types") from exc
+        raise TypeError(f"journal record is not JSON-serialisable: {exc}; use plain JSON types") from exc
 
 
 def _os_error(action: str, path: Path, exc: OSError, hint: str = _RESUME_HINT) -> JournalError:
@@ -62,11 +59,10 @@ def _os_error(action: str, path: Path, exc: OSError, hint: str = _RESUME_HINT) -
                         errno=exc.errno, hint=hint)
 
 
-def _rfind_newline(fd: int, end: int) -> int:
-    """Offset of the last b"\\n" before ``end``, or -1; reads backwards in blocks so huge journals stay cheap."""
-    pos = end
+def _rfind_newline(fd: int, pos: int) -> int:
+    """Offset of the last newline before ``pos``, or -1; reads backwards in blocks: journals can be huge."""
     while pos > 0:
-        start = max(0, pos - _SCAN_BLOCK)
+        start = max(0, pos - 65536)
         i = os.pread(fd, pos - start, start).rfind(b"\n")
         if i >= 0:
             return start + i
@@ -89,8 +85,8 @@ def _repair_fd(fd: int, path: Path) -> list[str]:
             orjson.loads(line)
         except orjson.JSONDecodeError:
             if line.strip():  # a blank line is harmless: readers skip it
-                problems.append(f"{path}: dropped an invalid last line of {end - start} bytes at byte "
-                                f"{start} (left by a crash; never acknowledged)")
+                problems.append(f"{path}: dropped an invalid last line ({end - start} bytes at byte "
+                                f"{start}): left by a crash, never acknowledged")
                 end = start
                 continue
         break
@@ -104,15 +100,13 @@ def _lock(fd: int, path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise JournalError(f"journal {path} is already open for writing by another process or Journal object",
-                           path=path, hint="stop the other run using this run directory, or pick another "
-                           "directory; two writers would interleave records") from None
+        raise JournalError(f"journal {path} is already open for writing by another process or Journal",
+                           path=path, hint="stop the other run in this directory or pick another") from None
 
 
 def repair(path: str | os.PathLike[str]) -> list[str]:
     """Truncate a torn tail so appends continue on a clean line boundary; returns what was dropped."""
-    p = Path(path)
-    fd = os.open(p, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    p, fd = Path(path), os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
     try:
         _lock(fd, p)
         return _repair_fd(fd, p)
@@ -166,11 +160,12 @@ class Journal:
         self.repairs: list[str] = []
         self._fd: int | None = None
         self._offset = 0  # end of the last acknowledged record: where a failed write is rolled back to
-        self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
+        self._pending: _Batch = []
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
         self._broken: str | None = None  # set when a rollback failed: the file's tail is then unknown
+        self._io_lock = threading.Lock()  # a cancelled writer's thread may still be writing: close after it
 
     async def open(self) -> Journal:
         if self._fd is not None:
@@ -204,13 +199,12 @@ class Journal:
 
     async def append(self, record: Mapping[str, Any] | BaseModel) -> None:
         """Return once the record is written and fsynced; raise JournalError if it could not be."""
-        if self._fd is None or self._closing:
-            raise JournalError(f"journal {self.path} is not open", path=self.path,
-                               hint="call `await journal.open()` (or use `async with Journal(path)`) first")
         if self._broken is not None:
             raise JournalError(self._broken, path=self.path, hint=_RESUME_HINT)
-        line = encode_record(record)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._fd is None or self._closing or self._writer is None or self._writer.done():
+            raise JournalError(f"journal {self.path} is not open", path=self.path,
+                               hint="call `await journal.open()` (or use `async with Journal(path)`) first")
+        line, fut = encode_record(record), asyncio.get_running_loop().create_future()
         self._pending.append((line, fut))
         self._wake.set()
         await fut
@@ -223,11 +217,12 @@ class Journal:
         self._wake.set()
         try:
             if self._writer is not None:
-                await self._writer
+                await self._writer  # concurrent closers all wait for the same final flush
         finally:
-            self._writer = None
-            os.close(self._fd)
-            self._fd = None
+            with self._io_lock:
+                if self._fd is not None:
+                    os.close(self._fd)
+                self._fd, self._writer = None, None
 
     async def __aenter__(self) -> Journal:  # noqa: PYI034
         return await self.open()
@@ -250,33 +245,37 @@ class Journal:
             self._fail(self._pending, f"journal {self.path} writer stopped before these records were written")
             self._pending = []
 
-    async def _commit(self, batch: list[tuple[bytes, asyncio.Future[None]]]) -> None:
+    async def _commit(self, batch: _Batch) -> None:
         data = b"".join(line for line, _ in batch)
         try:
             await asyncio.to_thread(self._write_sync, data)
-        except BaseException as exc:  # never leave appends hanging, whatever happened
-            if isinstance(exc, JournalError):
-                self._fail(batch, exc.message, exc.errno)
-            else:
-                self._fail(batch, f"journal {self.path}: append interrupted ({exc!r}); durability unknown")
-            if not isinstance(exc, Exception):
-                raise
+        except JournalError as exc:
+            self._fail(batch, exc.message, exc.errno)
             return
-        self.fsyncs += 1
-        self.records_written += len(batch)
+        except BaseException as exc:  # cancelled or unexpected: stop, but never leave an append hanging
+            self._broken = f"journal {self.path} writer stopped ({exc!r}); durability of its batch is unknown"
+            self._fail(batch, self._broken)
+            raise
+        self.fsyncs, self.records_written = self.fsyncs + 1, self.records_written + len(batch)
         for _, fut in batch:
             if not fut.done():  # the caller may have been cancelled; the record is durable all the same
                 fut.set_result(None)
 
-    def _fail(self, batch: list[tuple[bytes, asyncio.Future[None]]], msg: str, errno: int | None = None) -> None:
+    def _fail(self, batch: _Batch, msg: str, errno: int | None = None) -> None:
         for _, fut in batch:
             if not fut.done():
                 fut.set_exception(JournalError(msg, path=self.path, errno=errno, hint=_RESUME_HINT))
 
     def _write_sync(self, data: bytes) -> None:
         """Write and fsync ``data``; on failure roll the file back to the last acknowledged byte."""
+        with self._io_lock:
+            self._write_locked(data)
+
+    def _write_locked(self, data: bytes) -> None:
         fd, good = self._fd, self._offset
-        assert fd is not None
+        if fd is None:  # pragma: no cover - only after a cancelled writer
+            raise JournalError(f"journal {self.path} was closed before this batch was written",
+                               path=self.path)
         view, done = memoryview(data), 0
         try:
             while done < len(data):

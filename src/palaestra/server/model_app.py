@@ -196,14 +196,15 @@ def create_model_app(proxy: ModelProxy) -> Starlette:
             Route(prefix + "/v1/messages/count_tokens", count_tokens, methods=["POST"]),
             Route(prefix + "/v1/models", models, methods=["GET"]),
         ]
-    async def not_found(request: Request, exc: Exception) -> Response:
-        status = exc.status_code if isinstance(exc, HTTPException) else 500
-        hint = "the proxy serves /v1/chat/completions, /v1/responses, /v1/messages and /v1/models, each " \
-            "optionally under /rollouts/{rollout_id}"
-        return _error("not_found" if status == 404 else "bad_request",
-                      f"{request.method} {request.url.path}: HTTP {status}", status, hint)
 
-    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    async def no_route(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        hint = ("the proxy serves POST /v1/chat/completions, /v1/responses, /v1/messages and GET /v1/models, "
+                "each optionally under /rollouts/{rollout_id}")
+        return _error("not_found" if status == 404 else "method_not_allowed",
+                      f"no route for {request.method} {request.url.path}", status, hint)
+
+    app = Starlette(routes=routes, exception_handlers={404: no_route, 405: no_route})
     app.state.proxy = proxy
     return app
 

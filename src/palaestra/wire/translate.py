@@ -1,9 +1,7 @@
 """Pure translations between the OpenAI Responses / Anthropic Messages dialects and Chat Completions.
 
-Backends speak one dialect (chat) so each implements one method; CLI harnesses (Codex speaks
-Responses, Claude Code speaks Messages) still run unmodified against any backend because the proxy
-translates on the way in and out. Functions here do no I/O and never mutate their inputs.
-"""
+Backends speak one dialect (chat), so each implements one method, while CLI harnesses (Codex speaks
+Responses, Claude Code speaks Messages) run unmodified against any backend. No I/O, no mutation."""
 
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ from typing import Any
 import orjson
 
 Body = dict[str, Any]
+_FUNCTION_TOOLS = ("function", "custom")  # hosted tools (web_search, ...) cannot reach a chat model
 
 
 class TranslationError(ValueError):
@@ -31,9 +30,7 @@ def _text_of(content: Any) -> str:
 
 
 def _pass(src: Body, dst: Body, *keys: str) -> None:
-    for key in keys:
-        if src.get(key) is not None:
-            dst[key] = src[key]
+    dst.update({key: src[key] for key in keys if src.get(key) is not None})
 
 
 def _merge_leading_system(messages: list[Body]) -> list[Body]:
@@ -56,8 +53,8 @@ def _add_tool_call(messages: list[Body], call: Body) -> None:
 
 
 def _choice(chat: Body) -> tuple[Body, str | None]:
-    choices = chat.get("choices") or [{}]
-    return choices[0].get("message") or {}, choices[0].get("finish_reason")
+    first = (chat.get("choices") or [{}])[0]
+    return first.get("message") or {}, first.get("finish_reason")
 
 
 def _usage(chat: Body) -> tuple[int, int]:
@@ -106,10 +103,10 @@ def responses_to_chat(body: Body) -> Body:
             role = "system" if role == "developer" else role
             messages.append({"role": role, "content": _responses_content(role, item.get("content", ""))})
         elif kind in ("function_call", "custom_tool_call"):
-            args = item.get("arguments", "{}") if kind == "function_call" else {"input": item.get("input", "")}
+            args = item.get("arguments", "{}") if kind == "function_call" else {"input": item.get("input")}
+            fn = {"name": item.get("name", ""), "arguments": _dumps(args)}
             call_id = item.get("call_id") or item.get("id") or f"call_{i}"
-            _add_tool_call(messages, {"id": call_id, "type": "function",
-                                      "function": {"name": item.get("name", ""), "arguments": _dumps(args)}})
+            _add_tool_call(messages, {"id": call_id, "type": "function", "function": fn})
         elif kind in ("function_call_output", "custom_tool_call_output"):
             messages.append({"role": "tool", "tool_call_id": item.get("call_id", ""),
                              "content": _text_of(item.get("output", ""))})
@@ -118,8 +115,7 @@ def responses_to_chat(body: Body) -> Body:
     _pass(body, chat, "model", "temperature", "top_p", "parallel_tool_calls", "seed", "user")
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
-    tools = [_responses_tool(t) for t in body.get("tools") or [] if t.get("type") in ("function", "custom")]
-    if tools:
+    if tools := [_responses_tool(t) for t in body.get("tools") or [] if t.get("type") in _FUNCTION_TOOLS]:
         chat["tools"] = tools
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("name"):
@@ -132,8 +128,7 @@ def responses_to_chat(body: Body) -> Body:
         chat["response_format"] = {"type": "json_schema", "json_schema": schema}
     elif fmt.get("type") == "json_object":
         chat["response_format"] = {"type": "json_object"}
-    effort = (body.get("reasoning") or {}).get("effort")
-    if effort:
+    if effort := (body.get("reasoning") or {}).get("effort"):
         chat["reasoning_effort"] = effort
     return chat
 
@@ -189,7 +184,8 @@ def chat_to_responses(chat: Body, request: Body | None = None) -> Body:
         "text": request.get("text") or {"format": {"type": "text"}},
         "metadata": request.get("metadata") or {},
         "usage": {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out,
-                  "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}},
+                  "input_tokens_details": {"cached_tokens": 0},
+                  "output_tokens_details": {"reasoning_tokens": 0}},
     }
 
 
@@ -260,12 +256,11 @@ def messages_to_chat(body: Body) -> Body:
     _pass(body, chat, "model", "max_tokens", "temperature", "top_p", "top_k")
     if body.get("stop_sequences"):
         chat["stop"] = body["stop_sequences"]
-    tools = [
+    if tools := [
         {"type": "function", "function": {"name": t["name"], "description": t.get("description", ""),
                                           "parameters": t.get("input_schema") or {"type": "object"}}}
         for t in body.get("tools") or [] if isinstance(t, dict) and t.get("name") and "input_schema" in t
-    ]
-    if tools:
+    ]:
         chat["tools"] = tools
     choice = body.get("tool_choice") or {}
     mapped = {"auto": "auto", "none": "none", "any": "required"}.get(choice.get("type", ""))

@@ -60,6 +60,9 @@ class MathEnv(Environment):
     system_prompt = _INSTRUCTION
 
     def __init__(self, *, verify_timeout: float = 10.0, pool: WorkerPool | None = None) -> None:
+        """``verify_timeout``: seconds one check may take; ``pool``: workers (default: the shared pool)."""
+        if verify_timeout < 0:
+            raise ValueError(f"MathEnv(verify_timeout={verify_timeout}): the deadline must be >= 0 seconds")
         self.verify_timeout = verify_timeout
         self._pool = pool
 

@@ -61,7 +61,7 @@ class MCQA(Environment):
             )
         try:
             options = normalize_options(_field(task, "options"))
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise InvalidTask(
                 f"mcqa task '{task.id}': bad metadata.options: {exc}",
                 hint='use [{"A": "text"}, {"B": "text"}], {"A": "text", ...} or ["text", ...]',

@@ -29,7 +29,7 @@ class Extraction:
 def normalize_options(raw: Any) -> Options:
     """Accept the option shapes seen in the wild: ``[{"A": "x"}, ...]``, ``{"A": "x"}``, ``["x", ...]``.
 
-    Raises ValueError naming the bad entry, so a data file can be fixed at the right line.
+    Raises ValueError (TypeError for a wrong container) naming the bad entry, so a data file can be fixed at the right line.
     """
     if raw is None:
         return []
@@ -46,7 +46,7 @@ def normalize_options(raw: Any) -> Options:
             else:
                 raise ValueError(f"options[{i}] must be a string or a one-key dict like {{'A': 'text'}}")
     else:
-        raise ValueError(f"options must be a list or a dict, got {type(raw).__name__}")
+        raise TypeError(f"options must be a list or a dict, got {type(raw).__name__}")
     for key, text in items:
         letter = str(key).strip().upper()
         if not re.fullmatch(r"[A-Z]", letter):

@@ -1,0 +1,111 @@
+"""Runtime overhead benchmarks (figures, not tests). Each case prints one JSON line.
+
+  python bench/overhead.py core     # N tasks through the tool agent, scripted oracle at 0 ms, per placement
+  python bench/overhead.py collect  # `palaestra eval run` at 0/200 ms latency × concurrency 1/64/1000
+  python bench/overhead.py          # both
+
+Knobs: N (core tasks, default 2000), ENV (workplace), COLLECT_N (rollouts at 0 ms, default 2000).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from palaestra.agents.tool_agent import ToolAgent
+from palaestra.core.records import Task
+from palaestra.envs.registry import load_env
+from palaestra.models.scripted import ScriptedBackend
+from palaestra.placement import mount_env
+from palaestra.rollout.runner import run_rollout
+from palaestra.server.model_proxy import ModelProxy
+
+
+def _cpu_s(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def _tasks(env_name: str, n: int) -> list[Task]:
+    base = load_env(env_name).examples()
+    return [base[i % len(base)].model_copy(update={"id": f"{base[i % len(base)].id}-{i}"}) for i in range(n)]
+
+
+async def core_case(env_name: str, placement: str, n: int, concurrency: int = 64) -> dict[str, object]:
+    tasks = _tasks(env_name, n)
+    mounted = await mount_env(env_name, placement)
+    proxy, agent = ModelProxy(ScriptedBackend("oracle")), ToolAgent()
+    sem = asyncio.Semaphore(concurrency)
+    rewards: list[float] = []
+
+    async def one(t: Task) -> None:
+        async with sem:
+            r = await run_rollout(t, env=mounted.client, agent=agent, proxy=proxy, model_name="scripted:oracle",
+                                  with_reference=True)
+            rewards.append(r.reward if r.reward is not None else float("nan"))
+
+    c0, cc0, t0 = _cpu_s(resource.RUSAGE_SELF), _cpu_s(resource.RUSAGE_CHILDREN), time.perf_counter()
+    await asyncio.gather(*(one(t) for t in tasks))
+    wall = time.perf_counter() - t0
+    child_cpu_before_stop = None
+    if mounted.process is not None:  # the env server's CPU, read from /proc before it exits
+        stat = Path(f"/proc/{mounted.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        child_cpu_before_stop = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    cpu = _cpu_s(resource.RUSAGE_SELF) - c0 + (child_cpu_before_stop or 0.0)
+    await mounted.stop()
+    _ = cc0
+    return {"bench": "core", "env": env_name, "placement": placement, "tasks": n, "concurrency": concurrency,
+            "rollouts_per_s": round(n / wall, 1), "cpu_ms_per_rollout": round(1000 * cpu / n, 3),
+            "mean_reward": round(sum(rewards) / len(rewards), 4), "startup_s": round(mounted.startup_s, 3)}
+
+
+def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1) -> dict[str, object]:
+    """One `palaestra eval run` as a child process: wall time, its CPU and peak RSS from wait4."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tasks = Path(tmp) / "tasks.jsonl"
+        with tasks.open("w") as fh:
+            for t in _tasks("mcqa", n):
+                fh.write(t.model_dump_json() + "\n")
+        cmd = [sys.executable, "-m", "palaestra.cli.main", "eval", "run", "--input", str(tasks), "-q",
+               "--model", f"scripted:oracle?latency_ms={latency_ms}", "-c", str(concurrency), "-k", str(repeats),
+               "--out", str(Path(tmp) / "run")]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, ru = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        err = proc.stderr.read().decode()[-500:] if proc.stderr else ""
+        metrics = json.loads((Path(tmp) / "run" / "metrics.json").read_text()) if status == 0 else {}
+    total = n * repeats
+    cpu = ru.ru_utime + ru.ru_stime
+    ideal = total * latency_ms / 1000 / min(concurrency, total) if latency_ms else None
+    return {"bench": "collect", "latency_ms": latency_ms, "concurrency": concurrency, "rollouts": total,
+            "ok": status == 0, "wall_s": round(wall, 3), "rollouts_per_s": round(total / wall, 1),
+            "cpu_s": round(cpu, 3), "cpu_ms_per_rollout": round(1000 * cpu / total, 3),
+            "peak_rss_mb": round(ru.ru_maxrss / 1024, 1),
+            "ideal_wall_s": round(ideal, 3) if ideal else None,
+            "mean_reward": (metrics.get("overall") or {}).get("mean_reward"), **({"error": err} if status else {})}
+
+
+def main() -> None:
+    what = sys.argv[1] if len(sys.argv) > 1 else "all"
+    n = int(os.environ.get("N", "2000"))
+    env_name = os.environ.get("ENV", "workplace")
+    if what in ("core", "all"):
+        for placement in ("direct", "inprocess", "local"):
+            print(json.dumps(asyncio.run(core_case(env_name, placement, n))), flush=True)
+    if what in ("collect", "all"):
+        cn = int(os.environ.get("COLLECT_N", "2000"))
+        for latency, conc, count in [(0, 1, cn // 4), (0, 64, cn), (0, 1000, cn),
+                                     (200, 1, 20), (200, 64, 640), (200, 1000, 4000)]:
+            print(json.dumps(collect_case(latency, conc, count)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The `palaestra` command as a user runs it: real processes, real servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+CLI = [sys.executable, "-m", "palaestra.cli.main"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "exited"
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise AssertionError(f"{url} not healthy after {timeout} s")
+
+
+def test_version_and_env_list_json() -> None:
+    out = subprocess.run(CLI + ["--version"], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("palaestra ")
+    rows = json.loads(subprocess.run(CLI + ["env", "list", "--json"], capture_output=True, text=True,
+                                     check=True).stdout)
+    by_name = {r["name"]: r for r in rows}
+    assert {"mcqa", "math", "workplace"} <= set(by_name)
+    assert all(by_name[n]["tasks"] >= 20 for n in ("mcqa", "math", "workplace"))
+    assert by_name["workplace"]["tools"] >= 8
+
+
+def test_user_env_file_served_without_touching_the_package(tmp_path: Path) -> None:
+    """`palaestra env serve ./my_env.py:MyEnv` from the user's own directory."""
+    src = (FIXTURES / "counter_env.py").read_text()
+    (tmp_path / "my_env.py").write_text(src.replace("class CounterEnv", "class MyEnv"))
+    port = _free_port()
+    proc = subprocess.Popen(CLI + ["env", "serve", "./my_env.py:MyEnv", "--port", str(port)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_healthy(base + "/healthz", proc)
+        with httpx.Client(base_url=base) as c:
+            sid = c.post("/sessions", json={"task": {"id": "a", "input": "x", "metadata": {"target": 2}}}
+                         ).json()["session_id"]
+            assert c.post(f"/sessions/{sid}/tools/add", json={"amount": 2}).json()["output"] == "counter is now 2"
+            assert c.post(f"/sessions/{sid}/verify", json={"trajectory": {"final_answer": "2"}}).json()["passed"]
+            assert c.get("/info").json()["name"] == "counter"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_serve_refuses_a_public_address() -> None:
+    proc = subprocess.run(CLI + ["env", "serve", "mcqa", "--host", "0.0.0.0"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "only loopback" in proc.stderr
+
+
+def test_model_serve_scripted_speaks_openai(tmp_path: Path) -> None:
+    port = _free_port()
+    proc = subprocess.Popen(CLI + ["model", "serve", "--backend", "scripted", "--policy", "oracle", "--env", "mcqa",
+                                   "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_healthy(base + "/healthz", proc)
+        from palaestra.envs.registry import load_env
+
+        env = load_env("mcqa")
+        task = env.examples()[0]
+        from openai import OpenAI
+
+        client = OpenAI(base_url=base + "/v1", api_key="unused")
+        reply = client.chat.completions.create(model="scripted", messages=env.prompt(task))  # type: ignore[arg-type]
+        expected = env.reference(task)
+        assert expected is not None and reply.choices[0].message.content == expected.final_answer
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_env_check_user_file_in_a_local_process() -> None:
+    proc = subprocess.run(CLI + ["env", "check", str(FIXTURES / "counter_env.py") + ":CounterEnv",
+                                 "--placement", "local"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for check in ("oracle scores full reward", "null policy scores nothing", "malformed tool calls get errors",
+                  "sessions freed"):
+        assert check in proc.stdout
+
+
+def test_env_check_fails_a_broken_verifier(tmp_path: Path) -> None:
+    src = (FIXTURES / "counter_env.py").read_text().replace("reward = 0.5 * hit + 0.5 * answered",
+                                                             "reward = 0.5")
+    (tmp_path / "broken.py").write_text(src)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "examples.jsonl").write_text((FIXTURES / "data" / "examples.jsonl").read_text())
+    proc = subprocess.run(CLI + ["env", "check", "./broken.py:CounterEnv"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "FAIL" in proc.stdout
+
+
+@pytest.mark.parametrize("cmd", [["eval", "metrics", "/nonexistent"], ["eval", "run", "--model", "x"],
+                                 ["env", "info", "nosuch"]])
+def test_errors_are_one_clear_line_not_a_traceback(cmd: list[str]) -> None:
+    proc = subprocess.run(CLI + cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "error:" in proc.stderr
