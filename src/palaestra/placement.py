@@ -8,6 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -95,43 +96,56 @@ class MountedEnv:
 
 
 def _terminate(proc: subprocess.Popen[bytes], grace_s: float = 3.0) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        if proc.stdin:
-            proc.stdin.close()
-    except OSError:
-        pass
-    proc.terminate()
-    try:
-        proc.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    """Stop an environment server: close its stdin (it exits on EOF), then SIGTERM, then SIGKILL."""
+    if proc.poll() is None:
+        try:
+            if proc.stdin:
+                proc.stdin.close()
+        except OSError:
+            pass
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 async def start_env_process(spec: str, *, ready_timeout_s: float = 30.0, env_vars: dict[str, str] | None = None,
                             ) -> tuple[subprocess.Popen[bytes], int]:
-    """Start ``python -m palaestra.server.env_main SPEC`` on 127.0.0.1 and wait for its ready line."""
+    """Start ``python -m palaestra.server.env_main SPEC`` on 127.0.0.1 and wait for its ready line.
+
+    Its stderr goes to a temporary log file (a pipe nobody reads would block a chatty server); the log is
+    shown if the server fails to start."""
     cmd = [sys.executable, "-m", "palaestra.server.env_main", spec, "--watch-stdin"]
     child_env = dict(os.environ)
     if env_vars:
         child_env.update(env_vars)
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=child_env, cwd=os.getcwd())
+    log_fd = tempfile.TemporaryFile(prefix="palaestra-env-")
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_fd, env=child_env,
+                            cwd=os.getcwd())
     assert proc.stdout is not None
     loop = asyncio.get_running_loop()
+
+    def failure(reason: str) -> EnvironmentFailure:
+        _terminate(proc)
+        log_fd.seek(0)
+        err = log_fd.read().decode(errors="replace")[-2000:].strip()
+        log_fd.close()
+        return EnvironmentFailure(f"environment server for '{spec}' {reason}: {err or '(no output)'}",
+                                  hint="run `palaestra env serve SPEC` to see the full error")
+
     try:
         line = await asyncio.wait_for(loop.run_in_executor(None, proc.stdout.readline), ready_timeout_s)
     except asyncio.TimeoutError:
-        _terminate(proc)
-        raise EnvironmentFailure(f"environment server for '{spec}' not ready after {ready_timeout_s:.0f} s") from None
+        raise failure(f"not ready after {ready_timeout_s:.0f} s") from None
     text = line.decode(errors="replace").strip()
     if not text.startswith("PALAESTRA_READY "):
-        _terminate(proc)
-        err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
-        raise EnvironmentFailure(f"environment server for '{spec}' failed to start: {err.strip() or text}",
-                                 hint="run `palaestra env serve SPEC` to see the full error")
+        raise failure("failed to start")
+    log_fd.close()  # the child keeps its own descriptor; the file vanishes when both are closed
     return proc, int(text.split()[1])
 
 

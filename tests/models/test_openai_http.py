@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import gc
 import socket
 import time
+import warnings
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from palaestra.core.errors import ConfigError, ModelError
 from palaestra.models.base import CallContext
-from palaestra.models.openai_http import OpenAIBackend, api_key_from_env, retry_after_seconds
+from palaestra.models.openai_http import OpenAIBackend, _env_proxy, api_key_from_env, retry_after_seconds
 
 KEY = "sk-test-secret-123"
 
@@ -63,6 +67,13 @@ class Upstream:
             return Response(b"<html>definitely not json</html>", media_type="text/html")
         if scenario == "hang":
             await asyncio.sleep(2)
+        if scenario == "stall":  # headers at once, then the body never finishes
+            async def trickle() -> AsyncIterator[bytes]:
+                yield b'{"id": '
+                await asyncio.sleep(2)
+            return StreamingResponse(trickle(), media_type="application/json")
+        if scenario == "moved":
+            return Response(b"", status_code=307, headers={"location": "http://127.0.0.1:1/other/v1"})
         if scenario == "bad":
             return Response(b'{"error": {"message": "max_tokens is too large"}}', status_code=400)
         if scenario == "unauth":
@@ -239,3 +250,141 @@ def test_api_key_from_env_and_file(tmp_path: Any, monkeypatch: pytest.MonkeyPatc
 def test_bad_base_url() -> None:
     with pytest.raises(ConfigError, match="not an http"):
         OpenAIBackend("localhost:8000/v1")
+
+
+async def test_stalled_body_times_out(upstream: tuple[Upstream, str]) -> None:
+    _, url = upstream
+    b = backend(url, "stall", timeout=0.3, max_retries=0)
+    t0 = time.monotonic()
+    with pytest.raises(ModelError, match="timed out after 0.3s"):
+        await b.chat({"messages": []}, CallContext())
+    await b.aclose()
+    assert time.monotonic() - t0 < 1.5
+
+
+async def test_redirect_is_not_followed(upstream: tuple[Upstream, str]) -> None:
+    up, url = upstream
+    b = backend(url, "moved", max_retries=3)
+    with pytest.raises(ModelError) as info:
+        await b.chat({"messages": []}, CallContext())
+    await b.aclose()
+    assert info.value.status == 307 and up.hits["moved"] == 1
+    assert info.value.hint is not None and "http://127.0.0.1:1/other/v1" in info.value.hint
+
+
+async def raw_server(handler: Any) -> tuple[asyncio.AbstractServer, str]:
+    """A bare TCP server, for failures that no HTTP framework will produce on purpose."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}/v1"
+
+
+async def test_disconnect_is_retried_at_once_then_succeeds() -> None:
+    seen: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(1)
+        await reader.readuntil(b"\r\n\r\n")
+        if len(seen) > 1:
+            body = orjson.dumps(completion("m"))
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                         b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+        writer.close()
+
+    server, url = await raw_server(handle)
+    b = OpenAIBackend(url, max_retries=1, backoff_base=10.0)  # a backoff sleep would blow the time limit
+    t0 = time.monotonic()
+    try:
+        out = await b.chat({"messages": []}, CallContext())
+    finally:
+        await b.aclose()
+        server.close()
+        await server.wait_closed()
+    assert out["object"] == "chat.completion" and len(seen) == 2
+    assert time.monotonic() - t0 < 2.0
+
+
+async def test_disconnect_every_time_names_the_url() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+
+    server, url = await raw_server(handle)
+    b = OpenAIBackend(url, max_retries=2, backoff_base=0.01)
+    try:
+        with pytest.raises(ModelError) as info:
+            await b.chat({"messages": []}, CallContext())
+    finally:
+        await b.aclose()
+        server.close()
+        await server.wait_closed()
+    msg = info.value.message
+    assert f"{url}/chat/completions" in msg and "closed the connection" in msg and "3 attempts" in msg
+    assert info.value.hint is not None and "logs" in info.value.hint
+
+
+async def test_caller_session_is_used_and_left_open(upstream: tuple[Upstream, str]) -> None:
+    up, url = upstream
+    async with aiohttp.ClientSession(headers={"x-caller": "yes"}) as session:
+        b = backend(url, "ok", session=session)
+        await b.chat({"messages": []}, CallContext())
+        await b.aclose()
+        assert not session.closed
+        await b.chat({"messages": []}, CallContext())
+    assert [h.get("x-caller") for h in up.headers] == ["yes", "yes"]
+
+
+async def test_aclose_leaves_no_unclosed_warnings(upstream: tuple[Upstream, str]) -> None:
+    _, url = upstream
+
+    async def unclosed_after(close: bool) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            b = backend(url, "ok")
+            await b.chat({"messages": []}, CallContext())
+            assert b._session is not None
+            connector = b._session.connector
+            if close:
+                await b.aclose()
+            del b
+            gc.collect()
+        if connector is not None:
+            await connector.close()  # the control's leak stops here: no warning outside this test
+        return [str(w.message) for w in caught if "Unclosed" in str(w.message)]
+
+    assert await unclosed_after(close=True) == []
+    # Control: the check does see a leak, so the clean result above means something.
+    assert any("Unclosed client session" in m for m in await unclosed_after(close=False))
+
+
+def test_built_outside_a_loop_and_bound_to_the_first_loop(upstream: tuple[Upstream, str]) -> None:
+    up, url = upstream
+    b = backend(url, "ok")  # no running loop here: the session must not be made yet
+    first = asyncio.new_event_loop()
+    try:
+        first.run_until_complete(b.chat({"messages": []}, CallContext()))
+        with pytest.raises(ConfigError, match="another event loop"):
+            asyncio.run(b.chat({"messages": []}, CallContext()))
+        first.run_until_complete(b.aclose())
+    finally:
+        first.close()
+
+    async def again() -> None:  # after aclose a new loop may use it
+        await b.chat({"messages": []}, CallContext())
+        await b.aclose()
+
+    asyncio.run(again())
+    assert up.hits["ok"] == 2
+
+
+def test_env_proxy_is_honoured_except_for_no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+        monkeypatch.delenv(var.upper(), raising=False)
+    assert _env_proxy("http://10.0.0.5:8000/v1") is None
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:3128")
+    assert _env_proxy("http://10.0.0.5:8000/v1") == "http://127.0.0.1:3128"
+    assert _env_proxy("https://10.0.0.5/v1") is None
+    monkeypatch.setenv("NO_PROXY", "10.0.0.5")
+    assert _env_proxy("http://10.0.0.5:8000/v1") is None

@@ -136,7 +136,8 @@ async def test_agent_server_runs_a_rollout_over_http(counter_spec: str) -> None:
 
             await asyncio.sleep(0.01)
         app = create_agent_app()
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as c:
+        async with app.router.lifespan_context(app), \
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as c:
             resp = await c.post("/run", json={"task": TASK.model_dump(), "env_url": env.base_url,
                                               "model_base_url": f"http://127.0.0.1:{port}/v1"}, timeout=30)
             body = resp.json()

@@ -161,5 +161,4 @@ async def test_local_process_dies_with_its_parent_pipe(counter_spec: str) -> Non
     assert proc is not None and proc.stdin is not None
     proc.stdin.close()  # what happens when the runtime is SIGKILLed
     assert await asyncio.to_thread(proc.wait, 10) == 0
-    mounted.process = None
-    await mounted.stop()
+    await mounted.stop()  # stopping an exited server only releases its pipes

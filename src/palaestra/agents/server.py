@@ -3,6 +3,8 @@ the whole rollout (session, agent loop, verify) and answers the rollout record."
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
@@ -57,7 +59,15 @@ def create_agent_app(agent: Agent | None = None) -> Starlette:
     async def info(request: Request) -> Any:
         return JSON({"name": harness.name})
 
-    return Starlette(routes=[
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            for backend in backends.values():
+                await backend.aclose()
+
+    return Starlette(lifespan=lifespan, routes=[
         Route("/run", run, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/info", info, methods=["GET"]),

@@ -126,12 +126,22 @@ class Environment:
 
     @classmethod
     def verifier_hash(cls) -> str:
-        """A short hash of the module's source: recorded in run.json so a changed verifier is visible."""
+        """A short hash of the verifier's source, recorded in run.json so a changed verifier is visible.
+
+        For an environment that is a package (``envs/<name>/env.py`` beside helpers such as an answer
+        extractor), every module of the package counts: a change to any of them can change scores."""
+        module = inspect.getmodule(cls)
+        digest = hashlib.sha256()
         try:
-            source = inspect.getsource(inspect.getmodule(cls) or cls)
+            path = Path(inspect.getfile(cls)).resolve()
+            files = [path]
+            if module is not None and module.__package__ and (path.parent / "__init__.py").is_file():
+                files = sorted(path.parent.glob("*.py"))
+            for f in files:
+                digest.update(f.name.encode() + b"\0" + f.read_bytes())
         except (OSError, TypeError):
-            source = cls.__qualname__ + cls.version
-        return hashlib.sha256(source.encode()).hexdigest()[:16]
+            digest.update((cls.__qualname__ + cls.version).encode())
+        return digest.hexdigest()[:16]
 
     def info(self) -> dict[str, Any]:
         return {

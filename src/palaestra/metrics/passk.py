@@ -19,9 +19,9 @@ Conventions used throughout Palaestra:
 
 from __future__ import annotations
 
-import math
-import random
 from collections.abc import Hashable, Sequence
+
+import numpy as np
 
 __all__ = [
     "cluster_bootstrap_ci",
@@ -113,15 +113,6 @@ def majority_at_k(answers: Sequence[Hashable | None], passed: Sequence[bool], k:
     return 1.0 if winner is not None and passed[winner] else 0.0
 
 
-def _quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile (numpy's default), so intervals match what users compute by hand."""
-    pos = q * (len(sorted_values) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    frac = pos - lo
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
-
-
 def cluster_bootstrap_ci(
     sums: Sequence[float],
     counts: Sequence[float],
@@ -134,7 +125,7 @@ def cluster_bootstrap_ci(
 
     Rollouts of one task are correlated (same prompt, same difficulty), so resampling rollouts would
     give intervals that are too narrow; resampling whole tasks does not. Each cluster enters as its
-    pre-summed total and count, so a resample costs O(tasks) and B=1000 stays fast in pure Python.
+    pre-summed total and count, so a resample costs O(tasks); numpy draws all B resamples at once.
     For a per-task mean (e.g. pass@1 averaged over tasks) pass each task's mean with a count of 1.
     Returns None when there is nothing to resample.
     """
@@ -147,22 +138,22 @@ def cluster_bootstrap_ci(
     n = len(sums)
     if n == 0 or sum(counts) <= 0:
         return None
-    rng = random.Random(seed)
-    idx_range = range(n)
-    get_sum = sums.__getitem__
-    get_count = counts.__getitem__
-    stats: list[float] = []
-    for _ in range(n_boot):
-        idx = rng.choices(idx_range, k=n)
-        total = sum(map(get_count, idx))
-        if total <= 0:  # only possible when some clusters have zero count; skip the degenerate draw
-            continue
-        stats.append(sum(map(get_sum, idx)) / total)
-    if not stats:
+    s = np.asarray(sums, dtype=np.float64)
+    c = np.asarray(counts, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    parts: list[np.ndarray] = []
+    rows = max(1, 1_000_000 // n)  # resample in blocks: memory stays ~16 MB however many tasks
+    for start in range(0, n_boot, rows):
+        idx = rng.integers(0, n, size=(min(rows, n_boot - start), n))
+        total = c[idx].sum(axis=1)
+        ok = total > 0  # a draw of only zero-count clusters is degenerate: skip it
+        parts.append(s[idx].sum(axis=1)[ok] / total[ok])
+    stats = np.concatenate(parts)
+    if stats.size == 0:
         return None
-    stats.sort()
     alpha = 1.0 - confidence
-    return (_quantile(stats, alpha / 2), _quantile(stats, 1.0 - alpha / 2))
+    lo, hi = np.quantile(stats, [alpha / 2, 1.0 - alpha / 2])
+    return (float(lo), float(hi))
 
 
 def mean_reward_ci(

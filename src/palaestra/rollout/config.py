@@ -30,7 +30,7 @@ class RunConfig(BaseModel):
     seed: int | None = Field(None, description="Sampling seed (sent to the model; repeat i uses seed+i).")
     max_attempts: int = Field(3, ge=1, description="Attempts per (task, repeat) on infrastructure failure.")
     deadline_s: float = Field(600.0, gt=0, description="Deadline per rollout (model, tools and verify).")
-    placement: str = Field("inprocess", description="Environment placement: inprocess | direct | local.")
+    placement: str = Field("direct", description="Environment placement: direct (in-process host, fastest) | inprocess (in-process ASGI app) | local (a process on 127.0.0.1).")
     skip_invalid: bool = Field(False, description="Skip malformed task rows (listing them) instead of refusing.")
     max_steps: int = Field(16, ge=1, description="Agent step limit.")
 

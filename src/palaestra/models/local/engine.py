@@ -3,8 +3,9 @@
 Callers (the backend, on the event loop) submit sequences and get ``concurrent.futures.Future`` objects,
 which asyncio can await without blocking the loop. Between two decode steps the worker admits whatever
 has arrived (continuous batching): new sequences are prefilled as a group and join the running batch,
-finished or cancelled ones leave it. When idle, the worker waits a few milliseconds after the first
-arrival so a burst of concurrent requests is prefilled together.
+finished or cancelled ones leave it. When idle, the worker waits after the first arrival until no new
+request has come for a few milliseconds (at most 50 ms), so a burst of concurrent requests is
+prefilled together.
 """
 
 from __future__ import annotations
@@ -86,11 +87,12 @@ class Engine:
     """Owns the model in one thread. ``loaded`` resolves once the loader has run (or fails with its error)."""
 
     def __init__(self, loader: Callable[[], Loaded], *, max_batch: int = 32, max_prefill_tokens: int = 8192,
-                 gather_s: float = 0.005) -> None:
+                 gather_s: float = 0.005, gather_max_s: float = 0.05) -> None:
         self._loader = loader
         self.max_batch = max_batch
         self.max_prefill_tokens = max_prefill_tokens
         self.gather_s = gather_s
+        self.gather_max_s = gather_max_s
         self.loaded: Future[Loaded] = Future()
         self._queue: queue.Queue[_Seq | None] = queue.Queue()
         self._waiting: list[_Seq] = []
@@ -156,11 +158,11 @@ class Engine:
         if item is None:
             return False
         self._waiting.append(item)
-        if block:  # first arrival after idling: give the rest of a burst a moment to arrive
-            deadline = time.monotonic() + self.gather_s
+        if block:  # first arrival after idling: wait until the burst it belongs to has stopped arriving
+            deadline = time.monotonic() + self.gather_max_s
             while (left := deadline - time.monotonic()) > 0:
                 try:
-                    item = self._queue.get(timeout=left)
+                    item = self._queue.get(timeout=min(left, self.gather_s))
                 except queue.Empty:
                     break
                 if item is None:

@@ -132,7 +132,7 @@ def convert_gguf(gguf: Path, out_dir: Path, notify: Notify = _stderr) -> float:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         # The dequantized tensors are plain fp32; drop the GGUF quantizer so transformers will serialize them.
-        model.hf_quantizer = None
+        setattr(model, "hf_quantizer", None)
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(str(tmp), safe_serialization=True)

@@ -1,0 +1,227 @@
+"""``LocalBackend``: an embedded transformers model behind the ModelBackend contract, with exact tokens.
+
+Every response carries what a trainer needs in vLLM's field names: ``prompt_token_ids`` (top level),
+``choices[i].token_ids`` (every sampled token, the final EOS included) and ``choices[i].logprobs.content``
+(one raw-model logprob per sampled token). Requests run on the shared ``Engine`` thread, so the event
+loop only renders prompts and builds responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+import threading
+import time
+import uuid
+from typing import Any
+
+from palaestra.core.errors import ModelError
+from palaestra.models.base import CallContext
+from palaestra.models.local import prompt, toolcalls
+from palaestra.models.local.engine import Engine, Generation, Loaded, Params
+from palaestra.models.local.loader import LoadOptions, load
+from palaestra.models.local.weights import Notify
+
+MAX_N = 64
+
+
+def _bad(message: str, hint: str | None = None) -> ModelError:
+    return ModelError(message, hint=hint, status=400)
+
+
+def _number(request: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    value = request.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise _bad(f"'{key}' must be a number within [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+def _derived_seed(seed: int, index: int) -> int:
+    """Choice 0 uses the request's seed; others get well-separated seeds (``n`` samples must differ)."""
+    if index == 0:
+        return seed
+    return int.from_bytes(hashlib.sha256(f"{seed}:{index}".encode()).digest()[:8], "big") >> 1
+
+
+class LocalBackend:
+    """A local model answering Chat Completions. The model loads in the engine thread on first use (or
+    at ``start()``), printing where the weights came from and how fast it runs."""
+
+    name = "local"
+
+    def __init__(self, model: str | None = None, *, dtype: str = "float32", threads: int | None = None,
+                 max_batch: int = 32, default_max_tokens: int = 1024, pull: bool = True,
+                 notify: Notify | None = None) -> None:
+        self.options = LoadOptions(spec=model, dtype=dtype, threads=threads, pull=pull, notify=notify)
+        self.model = load_name(model)
+        self.default_max_tokens = default_max_tokens
+        self.engine = Engine(lambda: load(self.options), max_batch=max_batch)
+        self._lltokenizer: Any = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Begin loading now rather than on the first request."""
+        self.engine.start()
+
+    async def ready(self) -> Loaded:
+        loaded = self.engine.loaded
+        if loaded.done() and loaded.exception() is None:  # the usual case: no trip through the loop
+            return loaded.result()
+        self.engine.start()
+        try:
+            return await asyncio.wrap_future(loaded)
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise ModelError(f"the local model {self.model!r} failed to load: {type(exc).__name__}: {exc}",
+                             hint="check the path given as local:PATH, run `palaestra model pull` for the "
+                                  "default model, and install the extra: pip install 'palaestra[local]'"
+                             ) from exc
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.engine.close)
+
+    async def chat(self, request: dict[str, Any], ctx: CallContext | None = None) -> dict[str, Any]:
+        loaded = await self.ready()
+        messages = request.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise _bad("'messages' must be a non-empty list of message objects")
+        tools, constrain_to = self._tools(request)
+        try:
+            _, prompt_ids = prompt.render(loaded.tokenizer, messages, tools)
+        except Exception as exc:
+            raise _bad(f"the chat template could not render these messages: {type(exc).__name__}: {exc}",
+                       hint="check the roles and contents of 'messages'") from exc
+        params = self._params(request, loaded, len(prompt_ids))
+        n = int(_number(request, "n", 1, 1, MAX_N))
+        seed = request.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise _bad(f"'seed' must be an integer, got {seed!r}")
+        base_seed = seed if seed is not None else secrets.randbits(62)
+        futures = []
+        for i in range(n):
+            constraint = self._constraint(loaded, tools, constrain_to) if constrain_to is not None else None
+            choice_params = Params(**{**params.__dict__, "seed": _derived_seed(base_seed, i)})
+            futures.append(asyncio.wrap_future(self.engine.submit(prompt_ids, choice_params, constraint)))
+        try:
+            results: list[Generation] = list(await asyncio.gather(*futures))
+        except asyncio.CancelledError:
+            for fut in futures:
+                fut.cancel()
+            raise
+        except Exception as exc:
+            raise ModelError(f"local model generation failed: {type(exc).__name__}: {exc}",
+                             hint="see the server log; a smaller max_batch or shorter prompts use less memory"
+                             ) from exc
+        return self._response(request, loaded, prompt_ids, tools, params, results, constrain_to is not None)
+
+    # ---- request ----------------------------------------------------------------------------------
+    def _tools(self, request: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
+        """(tools to render, constraint): constraint is None (free text), "" (any tool) or a tool name."""
+        tools = request.get("tools") or None
+        choice = request.get("tool_choice", "auto")
+        if tools is not None and not isinstance(tools, list):
+            raise _bad("'tools' must be a list of tool definitions")
+        if choice == "none" or not tools:
+            if choice == "required" or isinstance(choice, dict):
+                raise _bad(f"tool_choice={choice!r} needs a non-empty 'tools' list")
+            return (None if choice == "none" else tools), None
+        if choice == "required":
+            return tools, ""
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name") or choice.get("name")
+            if name not in {fn["name"] for fn in toolcalls.functions(tools)}:
+                raise _bad(f"tool_choice names {name!r}, which is not among the request's tools")
+            return tools, name
+        if choice != "auto":
+            raise _bad(f"unknown tool_choice {choice!r}", hint='use "auto", "none", "required" or '
+                       '{"type": "function", "function": {"name": ...}}')
+        return tools, None
+
+    def _params(self, request: dict[str, Any], loaded: Loaded, prompt_len: int) -> Params:
+        room = loaded.max_positions - prompt_len
+        if room <= 0:
+            raise _bad(f"the prompt has {prompt_len} tokens; the model {self.model!r} takes at most "
+                       f"{loaded.max_positions}", hint="shorten the conversation")
+        requested = request.get("max_completion_tokens") or request.get("max_tokens")
+        if requested is not None and (isinstance(requested, bool) or not isinstance(requested, int)
+                                      or requested < 1):
+            raise _bad(f"'max_tokens' must be a positive integer, got {requested!r}")
+        stop = request.get("stop") or ()
+        stop = (stop,) if isinstance(stop, str) else tuple(s for s in stop if isinstance(s, str) and s)
+        top_logprobs = int(_number(request, "top_logprobs", 0, 0, 20)) if request.get("logprobs") else 0
+        return Params(max_new_tokens=min(requested or self.default_max_tokens, room),
+                      temperature=_number(request, "temperature", 1.0, 0.0, 2.0),
+                      top_p=_number(request, "top_p", 1.0, 0.0, 1.0), stop=stop,
+                      ignore_eos=bool(request.get("ignore_eos", False)), top_logprobs=top_logprobs)
+
+    def _constraint(self, loaded: Loaded, tools: list[dict[str, Any]] | None, only: str) -> Any:
+        try:
+            with self._lock:
+                if self._lltokenizer is None:
+                    import llguidance.hf
+
+                    self._lltokenizer = llguidance.hf.from_tokenizer(loaded.tokenizer)
+            vocab = int(loaded.info.get("vocab_size", len(loaded.tokenizer)))
+            return toolcalls.ToolCallConstraint(self._lltokenizer, tools or [], vocab, only or None)
+        except ImportError as exc:
+            raise ModelError("constrained tool calls need llguidance", hint="pip install 'palaestra[local]'"
+                             ) from exc
+        except ValueError as exc:
+            raise _bad(f"cannot constrain decoding to these tools: {exc}") from exc
+
+    # ---- response ---------------------------------------------------------------------------------
+    def _choice(self, index: int, loaded: Loaded, prompt_ids: list[int], tools: list[dict[str, Any]] | None,
+                params: Params, gen: Generation, constrained: bool) -> dict[str, Any]:
+        tok = loaded.tokenizer
+        text = tok.decode(gen.token_ids, skip_special_tokens=True)
+        finish, stop_reason = gen.finish_reason, None
+        hits = [(text.find(s), s) for s in params.stop if s in text]
+        if hits:
+            cut, stop_reason = min(hits)
+            text, finish = text[:cut], "stop"
+        content: str | None = text
+        calls: list[dict[str, Any]] = []
+        failures = 0
+        if tools:
+            seed = hashlib.sha256(repr((prompt_ids, index)).encode()).hexdigest()
+            content, calls, failures = toolcalls.parse(text, tools, seed)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+            finish = "tool_calls" if finish != "length" else finish
+        pieces = tok.batch_decode([[t] for t in gen.token_ids])
+        content_lp = [{"token": piece, "logprob": lp, "bytes": list(piece.encode("utf-8")),
+                       "top_logprobs": [{"token": tok.decode([t]), "logprob": v, "bytes": None}
+                                        for t, v in top]}
+                      for piece, lp, top in zip(pieces, gen.logprobs, gen.top_logprobs)]
+        return {"index": index, "message": message, "finish_reason": finish, "stop_reason": stop_reason,
+                "logprobs": {"content": content_lp}, "token_ids": list(gen.token_ids),
+                "palaestra": {"tool_parse_failures": failures, "constrained": constrained}}
+
+    def _response(self, request: dict[str, Any], loaded: Loaded, prompt_ids: list[int],
+                  tools: list[dict[str, Any]] | None, params: Params, results: list[Generation],
+                  constrained: bool) -> dict[str, Any]:
+        choices = [self._choice(i, loaded, prompt_ids, tools, params, gen, constrained)
+                   for i, gen in enumerate(results)]
+        completion = sum(len(g.token_ids) for g in results)
+        return {"id": f"chatcmpl-local-{uuid.uuid4().hex}", "object": "chat.completion",
+                "created": int(time.time()), "model": self.model, "prompt_token_ids": list(prompt_ids),
+                "choices": choices,
+                "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": completion,
+                          "total_tokens": len(prompt_ids) + completion}}
+
+
+def load_name(spec: str | None) -> str:
+    """The name the backend reports for a model spec (``/v1/models``, ``model`` in responses)."""
+    from pathlib import Path
+
+    from palaestra.models.local.weights import DEFAULT_MODEL
+
+    if not spec or spec.lower() in ("default", "smollm2", DEFAULT_MODEL.lower()):
+        return DEFAULT_MODEL
+    path = Path(spec)
+    return path.stem if path.suffix == ".gguf" else path.name or spec
