@@ -98,8 +98,15 @@ def main() -> None:
     n = int(os.environ.get("N", "2000"))
     env_name = os.environ.get("ENV", "workplace")
     if what in ("core", "all"):
+        line: dict[str, object] = {"bench": "core", "env": env_name, "tasks": n, "agent": "tool",
+                                   "model": "scripted:oracle (0 ms)"}
         for placement in ("direct", "inprocess", "local"):
-            print(json.dumps(asyncio.run(core_case(env_name, placement, n))), flush=True)
+            case = asyncio.run(core_case(env_name, placement, n))
+            line[f"{placement}_rollouts_per_s"] = case["rollouts_per_s"]
+            line[f"{placement}_cpu_ms_per_rollout"] = case["cpu_ms_per_rollout"]
+            line[f"{placement}_mean_reward"] = case["mean_reward"]
+        line["local_startup_s"] = case["startup_s"]
+        print(json.dumps(line), flush=True)
     if what in ("collect", "all"):
         cn = int(os.environ.get("COLLECT_N", "2000"))
         for latency, conc, count in [(0, 1, cn // 4), (0, 64, cn), (0, 1000, cn),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from palaestra.core.errors import InvalidTask, UnknownTool
-from palaestra.core.records import Reference, Task, Trajectory, Verdict
+from palaestra.core.records import Reference, Rollout, Task, Trajectory, Verdict
 from palaestra.core.tools import ToolSpec, build_tool_spec, is_tool
 
 T = TypeVar("T")
@@ -66,6 +66,12 @@ class Environment:
     def close(self, state: Any) -> Any:
         """Free what ``seed`` allocated (files, connections, sandboxes)."""
         return None
+
+    def metrics(self, rollouts: list[Rollout]) -> dict[str, Any]:
+        """Extra run metrics of this environment (e.g. a per-difficulty pass rate), from its rollouts.
+
+        Called when metrics are computed; the result lands in ``metrics.json`` under ``env_metrics``."""
+        return {}
 
     def prompt(self, task: Task) -> list[dict[str, Any]]:
         """The messages the model sees first. Ground truth in ``task.metadata`` never appears here."""

@@ -25,6 +25,7 @@ import aiohttp
 import orjson
 
 from palaestra.core.errors import ConfigError, ModelError
+from palaestra.core.secrets import redact_url
 from palaestra.models.base import CallContext
 
 RETRY_STATUSES = frozenset({408, 409, 429})
@@ -104,7 +105,7 @@ def _env_proxy(url: str) -> str | None:
 
 def _no_answer(exc: BaseException, url: str, timeout: float) -> ModelError:
     """A retryable failure that got no HTTP answer, worded so the user knows what to check."""
-    kind = f"{type(exc).__name__}: {exc}"
+    kind = redact_url(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, asyncio.TimeoutError):  # also aiohttp's ServerTimeoutError, ConnectionTimeoutError
         return ModelError(f"model call to {url} timed out after {timeout:g}s", hint="the server is overloaded "
                           "or the generation is long: raise the timeout or lower the concurrency")
@@ -161,8 +162,9 @@ class OpenAIBackend:
         if max_concurrency < 1 or max_retries < 0 or timeout <= 0:
             raise ConfigError("OpenAIBackend needs max_concurrency >= 1, max_retries >= 0 and timeout > 0")
         self.base_url = base_url.rstrip("/")
+        self._shown_url = redact_url(self.base_url)  # what messages and names may show
         self.model = model
-        self.name = model or self.base_url
+        self.name = model or self._shown_url
         self.timeout = timeout
         self.max_retries = max_retries
         self.max_concurrency = max_concurrency
@@ -212,7 +214,7 @@ class OpenAIBackend:
         if self._loop is not loop:
             if self._loop is not None:
                 raise ConfigError(
-                    f"OpenAIBackend for {self.base_url} is bound to another event loop than the one "
+                    f"OpenAIBackend for {self._shown_url} is bound to another event loop than the one "
                     "calling it",
                     hint="make one backend per event loop, or await backend.aclose() in the old loop "
                     "before using it from a new one",
@@ -239,6 +241,7 @@ class OpenAIBackend:
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = self.base_url + path
+        shown = self._shown_url + path
         content = orjson.dumps(body)
         session, semaphore = self._open()
         last: ModelError | None = None
@@ -251,19 +254,19 @@ class OpenAIBackend:
                 ) as resp:
                     status, payload, headers = resp.status, await resp.read(), resp.headers
             except aiohttp.InvalidURL as exc:
-                raise ModelError(f"model URL {url} is not valid: {exc}", hint="fix the model base_url") from exc
+                raise ModelError(f"model URL {shown} is not valid: {redact_url(str(exc))}", hint="fix the model base_url") from exc
             except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
-                last = _no_answer(exc, url, self.timeout)
+                last = _no_answer(exc, shown, self.timeout)
                 if attempt == 0 and isinstance(exc, aiohttp.ServerDisconnectedError):
                     delay = 0.0  # most often a pooled keep-alive connection the server had just closed
             else:
                 if status < 300:
-                    return self._decode(status, payload, url)
+                    return self._decode(status, payload, shown)
                 detail = _error_detail(payload)
                 hint = _HINTS.get(status)
                 if 300 <= status < 400 and "Location" in headers:
                     hint = f"the server redirects to {headers['Location']}: use that as base_url"
-                last = ModelError(f"model server at {url} answered HTTP {status}: {detail}",
+                last = ModelError(f"model server at {shown} answered HTTP {status}: {detail}",
                                   hint=hint, status=status)
                 if status < 500 and status not in RETRY_STATUSES:
                     raise last

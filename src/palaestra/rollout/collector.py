@@ -17,6 +17,7 @@ from palaestra.agents.registry import make_agent
 from palaestra.client.env_client import EnvClient
 from palaestra.core.errors import ConfigError, InvalidTask
 from palaestra.core.records import Rollout, Task
+from palaestra.core.secrets import redact_url
 from palaestra.envs.registry import load_env_class, register_alias, spec_for
 from palaestra.metrics.summary import compute_metrics
 from palaestra.models.factory import make_backend
@@ -123,7 +124,7 @@ class Collector:
         agent = self.agents[task.agent or self.cfg.agent]
         for attempt in range(first_attempt, self.cfg.max_attempts):
             rollout = await run_rollout(
-                task, env=env, agent=agent, proxy=self.proxies[spec], model_name=spec, repeat=repeat,
+                task, env=env, agent=agent, proxy=self.proxies[spec], model_name=redact_url(spec), repeat=repeat,
                 attempt=attempt, deadline_s=self.cfg.deadline_s, sampling=self._sampling(repeat),
                 with_reference=spec.startswith("scripted:oracle") or spec == "scripted",
             )
@@ -180,9 +181,32 @@ def expected_counts(tasks: list[Task], repeats: int) -> dict[tuple[str, str], in
     return {(t.env, t.id): repeats for t in tasks}
 
 
+def env_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each environment's own metrics hook, over its valid journal records."""
+    by_env: dict[str, list[Rollout]] = {}
+    for r in records:
+        try:
+            rollout = Rollout.model_validate(r)
+        except ValueError:
+            continue  # compute_metrics already lists invalid records
+        by_env.setdefault(rollout.env, []).append(rollout)
+    out: dict[str, Any] = {}
+    for name, rollouts in sorted(by_env.items()):
+        try:
+            extra = load_env_class(name)().metrics(rollouts)
+        except Exception as exc:  # a buggy hook must not cost the run its metrics
+            extra = {"error": f"{type(exc).__name__}: {exc}"}
+        if extra:
+            out[name] = extra
+    return out
+
+
 def write_metrics(run_dir: Path, tasks: list[Task], repeats: int) -> dict[str, Any]:
     records, problems = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
     metrics = compute_metrics(records, expected_counts(tasks, repeats))
+    hooks = env_metrics(records)
+    if hooks:
+        metrics["env_metrics"] = hooks
     if problems:
         metrics["journal_problems"] = problems
     rundir.write_json_atomic(run_dir / rundir.METRICS, metrics)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import sys
 import time
 from pathlib import Path
@@ -14,31 +13,14 @@ from typing import Any
 import orjson
 
 from palaestra.core.records import SCHEMA_VERSION
+from palaestra.core.secrets import redact
+
+__all__ = ["redact"]
 
 RUN_JSON = "run.json"
 TASKS = "tasks.jsonl"
 JOURNAL = "rollouts.jsonl"
 METRICS = "metrics.json"
-
-_SECRET_KEY = re.compile(r"(key|token|secret|password|authorization)", re.I)
-_URL_USERINFO = re.compile(r"(https?://)[^/@\s]+@")
-_URL_QUERY_SECRET = re.compile(r"([?&](?:api[_-]?key|key|token|access_token)=)[^&\s]+", re.I)
-
-
-def redact(value: Any, key: str = "") -> Any:
-    """Strip secrets from a config before it is written: values of secret-named keys (except the
-    *name* of the variable that holds a key), credentials in URLs."""
-    if isinstance(value, dict):
-        return {k: redact(v, str(k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v, key) for v in value]
-    if isinstance(value, str):
-        if _SECRET_KEY.search(key) and not key.endswith("_env") and value:
-            return "***"
-        value = _URL_USERINFO.sub(r"\1***@", value)
-        return _URL_QUERY_SECRET.sub(r"\1***", value)
-    return value
-
 
 def default_out(env: str | None) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -26,7 +26,7 @@ def parse_spec(spec: str) -> tuple[str | None, dict[str, str]]:
     if spec != "local" and not spec.startswith(("local:", "local?")):
         raise ConfigError(f"not a local model spec: {spec!r}", hint="use local or local:PATH")
     body = spec[len("local"):]
-    body = body[1:] if body.startswith(":") else body
+    body = body.removeprefix(":")
     path, _, query = body.partition("?")
     opts = dict(parse_qsl(query, keep_blank_values=True))
     unknown = sorted(set(opts) - OPTIONS)

