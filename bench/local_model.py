@@ -7,7 +7,8 @@ For each batch size B it measures generated tokens/s of
   generate  — ``model.generate`` on B left-padded prompts at once (greedy, exactly N new tokens)
   backend   — B concurrent ``LocalBackend.chat`` calls (greedy, ``ignore_eos``, ``max_tokens=N``)
   server    — the same B requests over HTTP to the model proxy served by uvicorn on 127.0.0.1
-and ``ratio`` = palaestra / generate (the goal is >= 0.9). Every case generates the same token count.
+and ``ratio`` = palaestra / generate (the goal is >= 0.9). Every case generates the same token count;
+each figure is the best of ``--repeat`` interleaved runs.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ async def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--batches", default="1,8,32")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--repeat", type=int, default=2, help="best of this many runs per figure (a shared "
+                        "machine is noisy)")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     backend = make_local_backend(args.model, dtype=args.dtype, max_batch=max(batches))
@@ -95,9 +98,11 @@ async def main() -> None:
     info = backend.engine.loaded.result().info
     try:
         for batch in batches:
-            gen = bench_generate(backend, batch, args.tokens)
-            direct = await bench_backend(backend, batch, args.tokens)
-            http = await bench_server(url, batch, args.tokens)
+            gen = direct = http = 0.0
+            for _ in range(args.repeat):  # interleaved, so a burst of outside load hits every column alike
+                gen = max(gen, bench_generate(backend, batch, args.tokens))
+                direct = max(direct, await bench_backend(backend, batch, args.tokens))
+                http = max(http, await bench_server(url, batch, args.tokens))
             print(json.dumps({"concurrency": batch, "tokens_each": args.tokens, "dtype": args.dtype,
                               "threads": info["threads"], "generate_tok_s": round(gen, 1),
                               "backend_tok_s": round(direct, 1), "server_tok_s": round(http, 1),

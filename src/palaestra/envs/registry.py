@@ -8,17 +8,28 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import pkgutil
 import sys
 from pathlib import Path
 
 from palaestra.core.environment import Environment
 from palaestra.core.errors import ConfigError
 
-BUILTIN: dict[str, str] = {
-    "mcqa": "palaestra.envs.mcqa.env:MCQA",
-    "math": "palaestra.envs.math_env.env:MathEnv",
-    "workplace": "palaestra.envs.workplace.env:Workplace",
-}
+def _discover() -> dict[str, str]:
+    """Built-in environments: every sub-package of ``palaestra.envs`` declares ``ENVIRONMENTS``
+    (name → ``module:Class``) in its ``__init__``, so adding one never means editing this file."""
+    import palaestra.envs as pkg
+
+    found: dict[str, str] = {}
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if not info.ispkg:
+            continue
+        module = importlib.import_module(f"palaestra.envs.{info.name}")
+        found.update(getattr(module, "ENVIRONMENTS", {}))
+    return found
+
+
+BUILTIN: dict[str, str] = _discover()
 
 
 # Names of user environments seen in this process (``./my_env.py:MyEnv`` → "myenv"), so task rows

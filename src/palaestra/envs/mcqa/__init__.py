@@ -1,5 +1,4 @@
 """Multiple-choice question answering environment (``mcqa``)."""
 
-from palaestra.envs.mcqa.env import MCQA
-
-__all__ = ["MCQA"]
+# Discovered by palaestra.envs.registry; importing this package must stay cheap (no env.py import).
+ENVIRONMENTS = {"mcqa": "palaestra.envs.mcqa.env:MCQA"}

@@ -1,5 +1,4 @@
 """Stateful office environment (``workplace``): calendar, email and tickets in per-session SQLite."""
 
-from palaestra.envs.workplace.env import Workplace
-
-__all__ = ["Workplace"]
+# Discovered by palaestra.envs.registry; importing this package must stay cheap (no env.py import).
+ENVIRONMENTS = {"workplace": "palaestra.envs.workplace.env:Workplace"}

@@ -42,7 +42,7 @@ def _number(request: dict[str, Any], key: str, default: float, lo: float, hi: fl
 def _derived_seed(seed: int, index: int) -> int:
     """Choice 0 uses the request's seed; others get well-separated seeds (``n`` samples must differ)."""
     if index == 0:
-        return seed
+        return seed % (1 << 63)
     return int.from_bytes(hashlib.sha256(f"{seed}:{index}".encode()).digest()[:8], "big") >> 1
 
 
@@ -101,6 +101,8 @@ class LocalBackend:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise _bad(f"'seed' must be an integer, got {seed!r}")
         base_seed = seed if seed is not None else secrets.randbits(62)
+        if constrain_to is not None and self._lltokenizer is None:  # ~0.3 s, once: not on the event loop
+            await asyncio.to_thread(self._grammar_tokenizer, loaded)
         futures = []
         for i in range(n):
             constraint = self._constraint(loaded, tools, constrain_to) if constrain_to is not None else None
@@ -158,18 +160,22 @@ class LocalBackend:
                       top_p=_number(request, "top_p", 1.0, 0.0, 1.0), stop=stop,
                       ignore_eos=bool(request.get("ignore_eos", False)), top_logprobs=top_logprobs)
 
-    def _constraint(self, loaded: Loaded, tools: list[dict[str, Any]] | None, only: str) -> Any:
-        try:
-            with self._lock:
-                if self._lltokenizer is None:
+    def _grammar_tokenizer(self, loaded: Loaded) -> Any:
+        with self._lock:
+            if self._lltokenizer is None:
+                try:
                     import llguidance.hf
+                except ImportError as exc:
+                    raise ModelError("constrained tool calls need llguidance",
+                                     hint="pip install 'palaestra[local]'") from exc
+                self._lltokenizer = llguidance.hf.from_tokenizer(loaded.tokenizer)
+            return self._lltokenizer
 
-                    self._lltokenizer = llguidance.hf.from_tokenizer(loaded.tokenizer)
+    def _constraint(self, loaded: Loaded, tools: list[dict[str, Any]] | None, only: str) -> Any:
+        lltokenizer = self._grammar_tokenizer(loaded)
+        try:
             vocab = int(loaded.info.get("vocab_size", len(loaded.tokenizer)))
-            return toolcalls.ToolCallConstraint(self._lltokenizer, tools or [], vocab, only or None)
-        except ImportError as exc:
-            raise ModelError("constrained tool calls need llguidance", hint="pip install 'palaestra[local]'"
-                             ) from exc
+            return toolcalls.ToolCallConstraint(lltokenizer, tools or [], vocab, only or None)
         except ValueError as exc:
             raise _bad(f"cannot constrain decoding to these tools: {exc}") from exc
 
