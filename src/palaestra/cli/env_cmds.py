@@ -28,13 +28,13 @@ def list_envs(as_json: bool = typer.Option(False, "--json", help="Print JSON for
     from rich.console import Console
     from rich.table import Table
 
-    table = Table()
+    table = Table(expand=True)
     for col in ("name", "domain", "mechanism", "tasks", "tools"):
         table.add_column(col, no_wrap=True)
-    table.add_column("description", overflow="ellipsis", no_wrap=True, max_width=40)
+    table.add_column("description", overflow="ellipsis", no_wrap=True, ratio=1)
     for r in rows:
         table.add_row(r["name"], r["domain"], r["mechanism"], str(r["tasks"]), str(r["tools"]),
-                      str(r["description"])[:70])
+                      str(r["description"]))
     Console().print(table)
 
 
