@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-
 from palaestra.client.env_client import EnvClient, HttpEnvClient
 from palaestra.core.environment import Environment
 from palaestra.core.errors import ConfigError, EnvironmentFailure

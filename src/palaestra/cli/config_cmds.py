@@ -16,7 +16,7 @@ def show(ctx: typer.Context) -> None:
 
     run_cmd = get_command(eval_cmds.app).get_command(ctx, "run")  # type: ignore[attr-defined]
     assert run_cmd is not None
-    code = run_cmd.main(list(ctx.args) + ["--show-config"], prog_name="palaestra config show",
+    code = run_cmd.main([*ctx.args, "--show-config"], prog_name="palaestra config show",
                         standalone_mode=False)
     if code:
         raise typer.Exit(code)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -19,26 +19,27 @@ def _flags(**kw: Any) -> dict[str, Any]:
 
 @app.command("run")
 def run(
-    input: Optional[str] = typer.Option(None, "--input", "-i", help="Task file (JSONL or Parquet)."),
-    env: Optional[str] = typer.Option(None, "--env", "-e", help="Environment (alone: its bundled tasks)."),
-    limit: Optional[int] = typer.Option(None, help="Use only the first N tasks."),
-    repeats: Optional[int] = typer.Option(None, "--repeats", "-k", help="Rollouts per task."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c", help="Rollouts in flight."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="scripted:POLICY | local[:PATH] | base URL."),
-    model_name: Optional[str] = typer.Option(None, help="Model name for an OpenAI-compatible endpoint."),
-    api_key_env: Optional[str] = typer.Option(None, help="Variable holding the API key (OPENAI_API_KEY)."),
-    agent: Optional[str] = typer.Option(None, help="Harness for rows that name none (tool)."),
-    out: Optional[str] = typer.Option(None, "--out", "-o", help="Run directory."),
-    temperature: Optional[float] = typer.Option(None),
-    max_tokens: Optional[int] = typer.Option(None),
-    seed: Optional[int] = typer.Option(None),
-    max_attempts: Optional[int] = typer.Option(None, help="Attempts per rollout on infrastructure failure."),
-    deadline_s: Optional[float] = typer.Option(None, "--deadline", help="Seconds per rollout."),
-    placement: Optional[str] = typer.Option(None, help="inprocess | direct | local."),
-    skip_invalid: Optional[bool] = typer.Option(None, "--skip-invalid", help="Skip malformed rows (listed)."),
-    max_steps: Optional[int] = typer.Option(None, help="Agent step limit."),
-    config: Optional[str] = typer.Option(None, "--config", help="run.yaml with the same fields as the flags."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="Finish the run in this directory."),
+    input: str | None = typer.Option(None, "--input", "-i", help="Task file (JSONL or Parquet)."),
+    env: str | None = typer.Option(None, "--env", "-e", help="Environment (alone: its bundled tasks)."),
+    limit: int | None = typer.Option(None, help="Use only the first N tasks."),
+    repeats: int | None = typer.Option(None, "--repeats", "-k", help="Rollouts per task."),
+    concurrency: int | None = typer.Option(None, "--concurrency", "-c", help="Rollouts in flight."),
+    model: str | None = typer.Option(None, "--model", "-m", help="scripted:POLICY | local[:PATH] | base URL."),
+    model_name: str | None = typer.Option(None, help="Model name for an OpenAI-compatible endpoint."),
+    api_key_env: str | None = typer.Option(None, help="Variable holding the API key (OPENAI_API_KEY)."),
+    api_key_file: str | None = typer.Option(None, help="File holding the API key."),
+    agent: str | None = typer.Option(None, help="Harness for rows that name none (tool)."),
+    out: str | None = typer.Option(None, "--out", "-o", help="Run directory."),
+    temperature: float | None = typer.Option(None),
+    max_tokens: int | None = typer.Option(None),
+    seed: int | None = typer.Option(None),
+    max_attempts: int | None = typer.Option(None, help="Attempts per rollout on infrastructure failure."),
+    deadline_s: float | None = typer.Option(None, "--deadline", help="Seconds per rollout."),
+    placement: str | None = typer.Option(None, help="inprocess | direct | local."),
+    skip_invalid: bool | None = typer.Option(None, "--skip-invalid", help="Skip malformed rows (listed)."),
+    max_steps: int | None = typer.Option(None, help="Agent step limit."),
+    config: str | None = typer.Option(None, "--config", help="run.yaml with the same fields as the flags."),
+    resume: str | None = typer.Option(None, "--resume", help="Finish the run in this directory."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     show_config: bool = typer.Option(False, "--show-config", help="Print the resolved config and exit."),
 ) -> None:
@@ -47,7 +48,8 @@ def run(
     from palaestra.rollout.config import resolve
 
     flags = _flags(input=input, env=env, limit=limit, repeats=repeats, concurrency=concurrency, model=model,
-                   model_name=model_name, api_key_env=api_key_env, agent=agent, out=out,
+                   model_name=model_name, api_key_env=api_key_env, api_key_file=api_key_file, agent=agent,
+                   out=out,
                    temperature=temperature, max_tokens=max_tokens, seed=seed, max_attempts=max_attempts,
                    deadline_s=deadline_s, placement=placement, skip_invalid=skip_invalid, max_steps=max_steps)
     if resume:

@@ -7,13 +7,13 @@ from typing import Any, Protocol
 
 import orjson
 
+from palaestra.client.transport import AsgiTransport, NetworkTransport, Transport, TransportFailure
 from palaestra.core.errors import (
     EnvironmentFailure,
     InvalidTask,
     PalaestraError,
     VerifierError,
 )
-from palaestra.client.transport import AsgiTransport, NetworkTransport, Transport, TransportFailure
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 from palaestra.wire.env import SessionHandle, ToolResult
 

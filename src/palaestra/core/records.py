@@ -108,6 +108,18 @@ class Trajectory(Record):
     stop_reason: str | None = None
     parse_failures: int = 0
 
+    def final_text(self) -> str:
+        """The model's last words: ``final_answer``, else the last assistant message's text."""
+        if self.final_answer is not None:
+            return self.final_answer
+        for message in reversed(self.messages):
+            if message.get("role") == "assistant":
+                content = message.get("content")
+                if isinstance(content, list):
+                    return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+                return str(content or "")
+        return ""
+
 
 OutcomeStatus = Literal["scored", "failed", "timed_out"]
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from palaestra.core.environment import Environment
 from palaestra.core.errors import ConfigError
 
+
 def _discover() -> dict[str, str]:
     """Built-in environments: every sub-package of ``palaestra.envs`` declares ``ENVIRONMENTS``
     (name → ``module:Class``) in its ``__init__``, so adding one never means editing this file."""

@@ -188,7 +188,7 @@ def compute_metrics(
         entry["passes"] += sum(1 for r in u.scored if r.verdict is not None and r.verdict.is_pass())
         entry["rewards"].extend(float(r.verdict.reward) for r in u.scored if r.verdict is not None)
         entry["n_failed"] += len(u.failed)
-    for task_id, entry in per_task.items():
+    for entry in per_task.values():
         rewards = entry.pop("rewards")
         passes = entry.pop("passes")
         entry.update(n=len(rewards), pass_rate=(passes / len(rewards)) if rewards else None,

@@ -47,6 +47,7 @@ def make_backend(
     *,
     model_name: str | None = None,
     api_key_env: str = "OPENAI_API_KEY",
+    api_key_file: str | None = None,
     latency_ms: float = 0.0,
     failure_rate: float = 0.0,
     seed: int = 0,
@@ -67,7 +68,8 @@ def make_backend(
     if url.startswith(("http://", "https://")):
         from palaestra.models.openai_http import OpenAIBackend, api_key_from_env
 
-        return OpenAIBackend(url, model=model_name, api_key=api_key_from_env(api_key_env), timeout=timeout_s,
+        return OpenAIBackend(url, model=model_name, api_key=api_key_from_env(api_key_env, api_key_file),
+                             timeout=timeout_s,
                              max_concurrency=max_concurrency)
     raise ConfigError(
         f"unknown model '{spec}'",

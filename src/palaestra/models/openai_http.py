@@ -254,7 +254,8 @@ class OpenAIBackend:
                 ) as resp:
                     status, payload, headers = resp.status, await resp.read(), resp.headers
             except aiohttp.InvalidURL as exc:
-                raise ModelError(f"model URL {shown} is not valid: {redact_url(str(exc))}", hint="fix the model base_url") from exc
+                raise ModelError(f"model URL {shown} is not valid: {redact_url(str(exc))}",
+                                 hint="fix the model base_url") from exc
             except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
                 last = _no_answer(exc, shown, self.timeout)
                 if attempt == 0 and isinstance(exc, aiohttp.ServerDisconnectedError):

@@ -23,6 +23,7 @@ class RunConfig(BaseModel):
     model: str | None = Field(None, description="scripted:POLICY | local[:PATH] | OpenAI-compatible base URL.")
     model_name: str | None = Field(None, description="Model name sent to an OpenAI-compatible endpoint.")
     api_key_env: str = Field("OPENAI_API_KEY", description="Variable that holds the API key.")
+    api_key_file: str | None = Field(None, description="File that holds the API key (wins over the variable).")
     agent: str = Field("tool", description="Harness for rows that name none.")
     out: str | None = Field(None, description="Run directory (default runs/<timestamp>-<env>).")
     temperature: float | None = Field(None, description="Sampling temperature override.")
@@ -30,7 +31,8 @@ class RunConfig(BaseModel):
     seed: int | None = Field(None, description="Sampling seed (sent to the model; repeat i uses seed+i).")
     max_attempts: int = Field(3, ge=1, description="Attempts per (task, repeat) on infrastructure failure.")
     deadline_s: float = Field(600.0, gt=0, description="Deadline per rollout (model, tools and verify).")
-    placement: str = Field("direct", description="Environment placement: direct (in-process host, fastest) | inprocess (in-process ASGI app) | local (a process on 127.0.0.1).")
+    placement: str = Field("direct", description="Environment placement: direct (in-process host, fastest) | "
+                           "inprocess (in-process ASGI app) | local (a process on 127.0.0.1).")
     skip_invalid: bool = Field(False, description="Skip malformed task rows (listing them) instead of refusing.")
     max_steps: int = Field(16, ge=1, description="Agent step limit.")
 

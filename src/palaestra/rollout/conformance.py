@@ -62,6 +62,10 @@ def _fmt_fail(r: Rollout) -> str:
     return f"{r.task_id}: reward {r.verdict.reward:g} {r.verdict.metadata or ''}"
 
 
+def _failures(bad: list[Rollout]) -> str:
+    return ("; " + "; ".join(map(_fmt_fail, bad[:3]))) if bad else ""
+
+
 async def _malformed_calls(env: EnvClient, task: Task, tools: list[dict[str, Any]]) -> list[str]:
     """Return problems found; each malformed call must come back as a typed error, not a crash."""
     problems: list[str] = []
@@ -117,14 +121,12 @@ async def check_env(spec: str, placement: str = "inprocess", limit: int | None =
         oracle = await _policy_rollouts(env, tasks, "oracle")
         bad = [r for r in oracle if r.outcome.status != "scored" or r.verdict is None
                or r.verdict.reward < 1.0 - 1e-9 or not r.verdict.is_pass()]
-        report.add("oracle scores full reward", not bad,
-                   f"{len(tasks) - len(bad)}/{len(tasks)} full" + ("; " + "; ".join(map(_fmt_fail, bad[:3])) if bad else ""))
+        report.add("oracle scores full reward", not bad, f"{len(tasks) - len(bad)}/{len(tasks)} full" + _failures(bad))
 
         null = await _policy_rollouts(env, tasks, "null")
         bad = [r for r in null if r.outcome.status != "scored" or r.verdict is None or r.verdict.reward > 0
                or r.verdict.is_pass()]
-        report.add("null policy scores nothing", not bad,
-                   f"{len(tasks) - len(bad)}/{len(tasks)} zero" + ("; " + "; ".join(map(_fmt_fail, bad[:3])) if bad else ""))
+        report.add("null policy scores nothing", not bad, f"{len(tasks) - len(bad)}/{len(tasks)} zero" + _failures(bad))
 
         problems = await _malformed_calls(env, tasks[0], tools)
         report.add("malformed tool calls get errors", not problems, "; ".join(problems) or "all answered with errors")

@@ -224,7 +224,7 @@ class Journal:
                     os.close(self._fd)
                 self._fd, self._writer = None, None
 
-    async def __aenter__(self) -> Journal:  # noqa: PYI034
+    async def __aenter__(self) -> Journal:
         return await self.open()
 
     async def __aexit__(self, *exc_info: object) -> None:

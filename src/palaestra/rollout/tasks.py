@@ -102,7 +102,8 @@ def _read_rows(path: Path) -> list[tuple[int, Any, str | None]]:
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            raise InvalidTask(f"{path}: reading Parquet needs pyarrow", hint="pip install 'palaestra[parquet]'") from None
+            raise InvalidTask(f"{path}: reading Parquet needs pyarrow",
+                              hint="pip install 'palaestra[parquet]'") from None
         return [(i + 1, r, None) for i, r in enumerate(pq.read_table(path).to_pylist())]
     rows: list[tuple[int, Any, str | None]] = []
     with path.open("rb") as fh:
@@ -141,7 +142,8 @@ def load_task_file(path: str | Path, default_env: str = "") -> LoadedTasks:
             out.problems.append(RowProblem(p.name, lineno, "env", "no environment: name one in the row or pass --env"))
             continue
         if task.id in seen:
-            out.problems.append(RowProblem(p.name, lineno, "id", f"duplicate id '{task.id}' (first at line {seen[task.id]})"))
+            out.problems.append(RowProblem(p.name, lineno, "id",
+                                           f"duplicate id '{task.id}' (first at line {seen[task.id]})"))
             continue
         seen[task.id] = lineno
         out.tasks.append(task)

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
 
     async def run() -> None:
         serve = asyncio.create_task(server.serve())
-        while not server.started and not serve.done():
+        while not server.started and not serve.done():  # uvicorn offers no started event to wait on
             await asyncio.sleep(0.005)
         if serve.done():
             await serve

@@ -31,19 +31,6 @@ def shared_pool() -> WorkerPool:
     return _shared_pool
 
 
-def final_text(trajectory: Trajectory) -> str:
-    """The model's last words: ``final_answer``, else the last assistant message's text."""
-    if trajectory.final_answer is not None:
-        return trajectory.final_answer
-    for message in reversed(trajectory.messages):
-        if message.get("role") == "assistant":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            return str(content or "")
-    return ""
-
-
 def _verdict(correct: bool, answer: str | None, **metadata: Any) -> Verdict:
     score = 1.0 if correct else 0.0
     return Verdict(reward=score, passed=correct, components={"correct": score}, metadata=metadata, answer=answer)
@@ -83,7 +70,7 @@ class MathEnv(Environment):
     async def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         self.check_task(state)
         expected = str(state.metadata["expected_answer"]).strip()
-        text = final_text(trajectory)
+        text = trajectory.final_text()
         if not text.strip():
             return _verdict(False, None, reason="empty_response", expected_answer=expected)
         boxed = last_boxed(text)

@@ -50,7 +50,8 @@ class _Worker:
 
     def __init__(self, argv: list[str]) -> None:
         self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(), text=True, bufsize=1, encoding="utf-8",
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(), text=True, bufsize=1,
+            encoding="utf-8",
         )
         self.killed = False
         self.busy = False

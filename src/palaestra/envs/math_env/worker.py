@@ -35,7 +35,7 @@ def main() -> None:
             request = json.loads(line)
             fn = FUNCTIONS[request["fn"]]
             _send(out, {"ok": fn(*request.get("args", []))})
-        except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises VerifierError
+        except Exception as exc:
             _send(out, {"error": f"{type(exc).__name__}: {exc}"})
 
 

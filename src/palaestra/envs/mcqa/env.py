@@ -18,19 +18,6 @@ from palaestra.envs.mcqa.extract import GRADING_MODES, Options, extract, normali
 _INSTRUCTION = "Answer with the letter of the correct option in \\boxed{}, e.g. \\boxed{A}."
 
 
-def final_text(trajectory: Trajectory) -> str:
-    """The model's last words: ``final_answer``, else the last assistant message's text."""
-    if trajectory.final_answer is not None:
-        return trajectory.final_answer
-    for message in reversed(trajectory.messages):
-        if message.get("role") == "assistant":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            return str(content or "")
-    return ""
-
-
 def _field(task: Task, key: str) -> Any:
     """A metadata field, also looked up one level down (NeMo rows may nest it under ``metadata``)."""
     if key in task.metadata:
@@ -109,7 +96,7 @@ class MCQA(Environment):
         options = self._options(state)
         expected = str(_field(state, "expected_answer")).strip().upper()
         mode = str(_field(state, "grading_mode") or "auto")
-        found = extract(final_text(trajectory), options, mode)
+        found = extract(trajectory.final_text(), options, mode)
         correct = found.letter == expected
         metadata: dict[str, Any] = {"grading_mode": mode, "expected_answer": expected}
         if found.letter is None:

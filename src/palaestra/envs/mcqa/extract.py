@@ -29,7 +29,8 @@ class Extraction:
 def normalize_options(raw: Any) -> Options:
     """Accept the option shapes seen in the wild: ``[{"A": "x"}, ...]``, ``{"A": "x"}``, ``["x", ...]``.
 
-    Raises ValueError (TypeError for a wrong container) naming the bad entry, so a data file can be fixed at the right line.
+    Raises ValueError (TypeError for a wrong container) naming the bad entry, so a data file can be fixed at
+    the right line.
     """
     if raw is None:
         return []

@@ -17,19 +17,6 @@ from palaestra.envs.workplace.store import Office
 from palaestra.envs.workplace.tools import WorkplaceTools
 
 
-def final_text(trajectory: Trajectory) -> str:
-    """The model's last words: ``final_answer``, else the last assistant message's text."""
-    if trajectory.final_answer is not None:
-        return trajectory.final_answer
-    for message in reversed(trajectory.messages):
-        if message.get("role") == "assistant":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            return str(content or "")
-    return ""
-
-
 class Workplace(WorkplaceTools, Environment):
     """Office assistant tasks over a calendar, a mailbox and a ticket queue, scored on the final state."""
 
@@ -92,7 +79,7 @@ class Workplace(WorkplaceTools, Environment):
         return messages
 
     def verify(self, state: Office, trajectory: Trajectory) -> Verdict:
-        outcomes = spec.evaluate(state, state.expected_state, final_text(trajectory))
+        outcomes = spec.evaluate(state, state.expected_state, trajectory.final_text())
         checks = [o for o in outcomes if not o.guard]
         guards = [o for o in outcomes if o.guard]
         broken = [o.name for o in guards if not o.ok]

@@ -129,7 +129,7 @@ class Engine:
     def _run(self) -> None:
         try:
             loaded = self._loader()
-        except Exception as exc:  # noqa: BLE001 - every waiting caller must hear why, not hang
+        except Exception as exc:
             self.loaded.set_exception(exc)
             self._drain_failing(exc)
             return
