@@ -11,7 +11,7 @@ app = typer.Typer(no_args_is_help=True, help="Models: serve a backend over the O
 
 @app.command("serve")
 def serve(
-    backend: str = typer.Option("scripted", help="scripted | openai:BASE_URL"),
+    backend: str = typer.Option("scripted", help="scripted | local[:PATH] | openai:BASE_URL"),
     policy: str = typer.Option("oracle", help="Scripted policy: oracle | constant | echo | null | replay."),
     env: list[str] = typer.Option([], "--env", help="For the oracle: environments whose bundled tasks it knows."),
     latency_ms: float = typer.Option(0.0, help="Scripted: latency per call."),
@@ -32,4 +32,16 @@ def serve(
     model_backend = make_backend(backend if backend != "scripted" else f"scripted:{policy}",
                                  model_name=model_name or None, api_key_env=api_key_env,
                                  latency_ms=latency_ms, failure_rate=failure_rate, oracle_envs=env)
+    start = getattr(model_backend, "start", None)
+    if start is not None:  # the local model loads while uvicorn starts, not on the first request
+        start()
     uvicorn.run(create_model_app(ModelProxy(model_backend)), host=host, port=port, log_level="warning")
+
+
+def _mount_local() -> None:
+    from palaestra.cli.local_cmds import pull
+
+    app.command("pull")(pull)
+
+
+_mount_local()

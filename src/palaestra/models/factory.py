@@ -64,7 +64,11 @@ def make_backend(
                                seed=int(opts.get("seed", seed)),
                                constant_text=str(opts.get("text", "\\boxed{A}")),
                                references=oracle_references(oracle_envs) if oracle_envs else None)
-    url = spec[len("openai:"):] if spec.startswith("openai:") else spec
+    if spec == "local" or spec.startswith(("local:", "local?")):
+        from palaestra.models.local import make_local_backend
+
+        return make_local_backend(spec)
+    url = spec.removeprefix("openai:")
     if url.startswith(("http://", "https://")):
         from palaestra.models.openai_http import OpenAIBackend, api_key_from_env
 

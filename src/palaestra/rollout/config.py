@@ -20,7 +20,8 @@ class RunConfig(BaseModel):
     limit: int | None = Field(None, ge=1, description="Use only the first N tasks.")
     repeats: int = Field(1, ge=1, description="Rollouts per task (K for pass@k).")
     concurrency: int = Field(64, ge=1, description="Rollouts in flight at once.")
-    model: str | None = Field(None, description="scripted:POLICY | local[:PATH] | OpenAI-compatible base URL.")
+    model: str = Field("local", description="local[:PATH] (the embedded CPU model, default) | scripted:POLICY | "
+                                            "an OpenAI-compatible base URL.")
     model_name: str | None = Field(None, description="Model name sent to an OpenAI-compatible endpoint.")
     api_key_env: str = Field("OPENAI_API_KEY", description="Variable that holds the API key.")
     api_key_file: str | None = Field(None, description="File that holds the API key (wins over the variable).")

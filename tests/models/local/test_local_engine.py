@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from palaestra.models.local.engine import Engine, Loaded, Params
-from palaestra.models.local.sampling import Row, choose
+from palaestra.models.local.engine import Engine, Loaded, Params  # noqa: E402
+from palaestra.models.local.sampling import Row, choose  # noqa: E402
 
 
 class _Tok:
@@ -46,11 +46,11 @@ def test_rows_joining_and_leaving_match_single_sequences(tiny: Any) -> None:
     lengths = [60, 5, 80, 3, 9, 40]
     joins = engine.joins
     futures = []
-    for i, (prompt, n) in enumerate(zip(prompts, lengths)):
+    for i, (prompt, n) in enumerate(zip(prompts, lengths, strict=True)):
         futures.append(engine.submit(prompt, Params(max_new_tokens=n, temperature=0, ignore_eos=True)))
         if i % 2:
             time.sleep(0.02)  # stagger arrivals so rows join a running batch
-    for prompt, n, future in zip(prompts, lengths, futures):
+    for prompt, n, future in zip(prompts, lengths, futures, strict=True):
         gen = future.result(timeout=60)
         assert len(gen.token_ids) == n and gen.finish_reason == "length"
         expected_lp, argmax = _forward_logprobs(model, prompt, gen.token_ids)

@@ -84,7 +84,7 @@ async def test_required_tool_choice_always_yields_a_valid_call(local_backend: An
     requests.append({"messages": [{"role": "user", "content": "Hello there!"}], "tools": TOOLS, "max_tokens": 64,
                      "tool_choice": {"type": "function", "function": {"name": "add"}}, "temperature": 0})
     responses = await asyncio.gather(*[local_backend.chat(r) for r in requests])
-    for request, response in zip(requests, responses):
+    for response in responses:
         choice = response["choices"][0]
         assert choice["palaestra"] == {"tool_parse_failures": 0, "constrained": True}, choice
         assert choice["finish_reason"] == "tool_calls", choice

@@ -107,7 +107,12 @@ class LocalBackend:
         for i in range(n):
             constraint = self._constraint(loaded, tools, constrain_to) if constrain_to is not None else None
             choice_params = Params(**{**params.__dict__, "seed": _derived_seed(base_seed, i)})
-            futures.append(asyncio.wrap_future(self.engine.submit(prompt_ids, choice_params, constraint)))
+            try:
+                submitted = self.engine.submit(prompt_ids, choice_params, constraint)
+            except RuntimeError as exc:
+                raise ModelError(f"the local model backend is closed: {exc}",
+                                 hint="create a new backend; aclose() ends this one") from exc
+            futures.append(asyncio.wrap_future(submitted))
         try:
             results: list[Generation] = list(await asyncio.gather(*futures))
         except asyncio.CancelledError:
@@ -124,7 +129,7 @@ class LocalBackend:
     def _tools(self, request: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
         """(tools to render, constraint): constraint is None (free text), "" (any tool) or a tool name."""
         tools = request.get("tools") or None
-        choice = request.get("tool_choice", "auto")
+        choice = request.get("tool_choice") or "auto"
         if tools is not None and not isinstance(tools, list):
             raise _bad("'tools' must be a list of tool definitions")
         if choice == "none" or not tools:
@@ -203,7 +208,7 @@ class LocalBackend:
         content_lp = [{"token": piece, "logprob": lp, "bytes": list(piece.encode("utf-8")),
                        "top_logprobs": [{"token": tok.decode([t]), "logprob": v, "bytes": None}
                                         for t, v in top]}
-                      for piece, lp, top in zip(pieces, gen.logprobs, gen.top_logprobs)]
+                      for piece, lp, top in zip(pieces, gen.logprobs, gen.top_logprobs, strict=True)]
         return {"index": index, "message": message, "finish_reason": finish, "stop_reason": stop_reason,
                 "logprobs": {"content": content_lp}, "token_ids": list(gen.token_ids),
                 "palaestra": {"tool_parse_failures": failures, "constrained": constrained}}

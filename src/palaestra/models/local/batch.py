@@ -76,7 +76,7 @@ class KVBatch:
             return
         width = max(self.mask.shape[1], mask.shape[1])
         grow_old, grow_new = width - self.mask.shape[1], width - mask.shape[1]
-        for old, new in zip(_layers(self.cache), _layers(cache)):
+        for old, new in zip(_layers(self.cache), _layers(cache), strict=True):
             old.keys = torch.cat([_pad_left(old.keys, grow_old, 2), _pad_left(new.keys, grow_new, 2)])
             old.values = torch.cat([_pad_left(old.values, grow_old, 2), _pad_left(new.values, grow_new, 2)])
         self.mask = torch.cat([_pad_left(self.mask, grow_old, 1), _pad_left(mask, grow_new, 1)])

@@ -210,7 +210,7 @@ class Engine:
         choices: list[Choice] = choose(logits, rows)
         self.steps += 1
         self.tokens += len(seqs)
-        for seq, choice in zip(seqs, choices):
+        for seq, choice in zip(seqs, choices, strict=True):
             seq.out.append(choice.token)
             seq.logprobs.append(choice.logprob)
             seq.tops.append(choice.top)

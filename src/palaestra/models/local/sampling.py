@@ -85,10 +85,10 @@ def choose(logits: torch.Tensor, rows: list[Row]) -> list[Choice]:
             tokens[idx] = _inverse_cdf(probs, u)
     chosen = raw.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).tolist()
     out = []
-    for i, (token, logprob) in enumerate(zip(tokens.tolist(), chosen)):
+    for i, (token, logprob) in enumerate(zip(tokens.tolist(), chosen, strict=True)):
         top: list[tuple[int, float]] = []
         if rows[i].top_logprobs > 0:
             values, ids = raw[i].topk(rows[i].top_logprobs)
-            top = list(zip(ids.tolist(), values.tolist()))
+            top = list(zip(ids.tolist(), values.tolist(), strict=True))
         out.append(Choice(token, logprob, top))
     return out

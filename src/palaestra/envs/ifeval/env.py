@@ -1,0 +1,91 @@
+"""``ifeval``: instruction following with constraints a program can verify (counts, keywords, format,
+case, start and end phrases...). The reward is the fraction of constraints met, so partial compliance
+is visible; ``passed`` is the strict all-constraints-met reading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from palaestra.core.environment import Environment
+from palaestra.core.errors import InvalidTask
+from palaestra.core.records import Reference, Task, Trajectory, Verdict
+from palaestra.envs.ifeval import constraints as C
+
+
+def final_text(trajectory: Trajectory) -> str:
+    """The model's last words: ``final_answer``, else the last assistant message's text."""
+    if trajectory.final_answer is not None:
+        return trajectory.final_answer
+    for message in reversed(trajectory.messages):
+        if message.get("role") == "assistant":
+            content = message.get("content")
+            if isinstance(content, list):
+                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            return str(content or "")
+    return ""
+
+
+class IFEval(Environment):
+    """Instruction following scored by verifiable constraints: reward = fraction satisfied."""
+
+    name = "ifeval"
+    version = "0.1"
+    description = "Instruction following with verifiable constraints; reward = fraction of constraints met."
+    domain = "instruction following"
+    mechanism = "single-turn"
+
+    def check_task(self, task: Task) -> None:
+        items = task.metadata.get("constraints")
+        if not isinstance(items, list) or not items:
+            raise InvalidTask(
+                f"ifeval task '{task.id}' has no metadata.constraints",
+                hint='add a list like [{"kind": "word_count", "max": 50}, {"kind": "no_commas"}]',
+            )
+        for i, item in enumerate(items):
+            try:
+                C.validate(item)
+            except ValueError as exc:
+                raise InvalidTask(f"ifeval task '{task.id}': metadata.constraints[{i}]: {exc}",
+                                  hint="fix the constraint in the task file") from None
+        ref = task.metadata.get("reference_answer")
+        if ref is not None and not isinstance(ref, str):
+            raise InvalidTask(f"ifeval task '{task.id}': metadata.reference_answer must be a string")
+
+    def prompt(self, task: Task) -> list[dict[str, Any]]:
+        """Append the constraints, worded from their parameters, so the model reads exactly what is checked
+        (unless ``metadata.instructions_in_prompt`` says the input already states them)."""
+        messages = super().prompt(task)
+        if task.metadata.get("instructions_in_prompt"):
+            return messages
+        self.check_task(task)
+        users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+        if not users or not isinstance(messages[users[-1]].get("content"), str):
+            return messages
+        rules = "\n".join(f"- {C.describe(c)}" for c in task.metadata["constraints"])
+        last = messages[users[-1]]
+        messages[users[-1]] = {**last, "content": f"{last['content'].rstrip()}\n\nRequirements:\n{rules}"}
+        return messages
+
+    def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
+        self.check_task(state)
+        text = final_text(trajectory)
+        components: dict[str, float] = {}
+        details: dict[str, str] = {}
+        for i, constraint in enumerate(state.metadata["constraints"], 1):
+            ok, detail = C.check(constraint, text)
+            key = f"{i}.{constraint['kind']}"
+            components[key] = 1.0 if ok else 0.0
+            if not ok:
+                details[key] = detail
+        met = sum(components.values())
+        return Verdict(
+            reward=met / len(components),
+            passed=met == len(components),
+            components=components,
+            metadata={"failed": details, "satisfied": int(met), "total": len(components)},
+        )
+
+    def reference(self, task: Task) -> Reference | None:
+        answer = task.metadata.get("reference_answer")
+        return Reference(final_answer=answer) if isinstance(answer, str) else None

@@ -1,0 +1,117 @@
+"""Finding the JSON a model meant as its answer, and reading values out of it by path.
+
+Models wrap JSON in prose or in a fenced block, so extraction tries, in order: the whole reply, the
+last fenced block (```json or ```), then every balanced ``{...}`` in the text, last one first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
+_MISSING = object()
+
+
+def _balanced_objects(text: str) -> list[str]:
+    """Every top-level ``{...}`` span with balanced braces (string contents respected)."""
+    spans: list[str] = []
+    depth, start, in_str, escape = 0, -1, False, False
+    for i, ch in enumerate(text):
+        if in_str:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                in_str = False
+            continue
+        if ch == '"' and depth > 0:
+            in_str = True
+        elif ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                spans.append(text[start : i + 1])
+    return spans
+
+
+def find_json(text: str) -> tuple[Any, str | None]:
+    """The answer's JSON value and how it was found, or ``(None, None)`` when there is none."""
+    stripped = text.strip()
+    if not stripped:
+        return None, None
+    try:
+        return json.loads(stripped), "whole"
+    except ValueError:
+        pass
+    for block in reversed(_FENCE.findall(text)):
+        try:
+            return json.loads(block.strip()), "fenced"
+        except ValueError:
+            continue
+    for span in reversed(_balanced_objects(text)):
+        try:
+            return json.loads(span), "embedded"
+        except ValueError:
+            continue
+    return None, None
+
+
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def split_path(path: str) -> list[str | int]:
+    """``a.b[0].c`` or JSON Pointer ``/a/b/0/c`` → keys and indexes. ValueError for an empty path."""
+    if path.startswith("/"):
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+        return [int(p) if p.isdigit() else p for p in parts]
+    steps: list[str | int] = []
+    for m in _STEP.finditer(path):
+        steps.append(int(m.group(2)) if m.group(2) is not None else m.group(1))
+    if not steps:
+        raise ValueError(f"empty path {path!r}")
+    return steps
+
+
+def lookup(value: Any, path: str) -> Any:
+    """The value at ``path``, or the module's ``MISSING`` sentinel (see ``is_missing``)."""
+    current = value
+    for step in split_path(path):
+        if isinstance(step, int) and isinstance(current, list):
+            if step >= len(current):
+                return _MISSING
+            current = current[step]
+        elif isinstance(current, dict) and str(step) in current:
+            current = current[str(step)]
+        else:
+            return _MISSING
+    return current
+
+
+def is_missing(value: Any) -> bool:
+    return value is _MISSING
+
+
+def same(expected: Any, got: Any, *, normalize_strings: bool = False) -> bool:
+    """Typed equality: numbers numerically (1 == 1.0, but True is not 1), strings exactly or (when
+    asked) after strip and casefold, containers element-wise."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return isinstance(expected, bool) and isinstance(got, bool) and expected == got
+    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        return abs(float(expected) - float(got)) <= 1e-9 * max(1.0, abs(float(expected)))
+    if isinstance(expected, str) and isinstance(got, str):
+        if normalize_strings:
+            return expected.strip().casefold() == got.strip().casefold()
+        return expected == got
+    if isinstance(expected, list) and isinstance(got, list):
+        return len(expected) == len(got) and all(
+            same(e, g, normalize_strings=normalize_strings) for e, g in zip(expected, got, strict=True))
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return expected.keys() == got.keys() and all(
+            same(v, got[k], normalize_strings=normalize_strings) for k, v in expected.items())
+    return bool(expected is None and got is None)

@@ -1,0 +1,165 @@
+"""``reasoning_gym``: an adapter over the ``reasoning-gym`` library's procedural datasets.
+
+A task names a dataset, a seed, an index (and optionally the dataset's config and size); the
+environment regenerates that exact entry and scores the answer with the dataset's own scorer, so any
+of the library's datasets can be evaluated without copying its data. A row whose question no longer
+matches the regenerated one (a different library version) is rejected rather than scored wrongly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from typing import Any
+
+from palaestra.core.environment import Environment
+from palaestra.core.errors import InvalidTask, VerifierError
+from palaestra.core.records import Reference, Task, Trajectory, Verdict
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_CACHE_SIZE = 64
+
+
+def final_text(trajectory: Trajectory) -> str:
+    """The model's last words: ``final_answer``, else the last assistant message's text."""
+    if trajectory.final_answer is not None:
+        return trajectory.final_answer
+    for message in reversed(trajectory.messages):
+        if message.get("role") == "assistant":
+            content = message.get("content")
+            if isinstance(content, list):
+                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            return str(content or "")
+    return ""
+
+
+def extract_answer(text: str) -> str | None:
+    """The last ``<answer>...</answer>``; without tags, the whole reply; None when empty."""
+    found = _ANSWER.findall(text)
+    answer = found[-1] if found else text
+    answer = answer.strip()
+    return answer or None
+
+
+def _library() -> Any:
+    try:
+        import reasoning_gym
+    except ImportError as exc:
+        raise InvalidTask("the reasoning_gym environment needs the 'reasoning-gym' package",
+                          hint="pip install reasoning-gym") from exc
+    return reasoning_gym
+
+
+def library_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("reasoning-gym")
+    except PackageNotFoundError:
+        return "not installed"
+
+
+class ReasoningGym(Environment):
+    """Procedurally generated reasoning tasks, scored by reasoning-gym's own scorers."""
+
+    name = "reasoning_gym"
+    version = "0.1"
+    description = "reasoning-gym datasets (generated from name, seed, index) scored by the library's scorers."
+    domain = "reasoning"
+    mechanism = "procedural"
+    system_prompt = ("Think the problem through, then give only the final answer inside <answer></answer> tags, "
+                     "following any answer format the question asks for.")
+
+    def __init__(self) -> None:
+        self._datasets: OrderedDict[str, Any] = OrderedDict()
+
+    # ---- generation --------------------------------------------------------------------------------
+    def dataset(self, name: str, seed: int, size: int, config: dict[str, Any]) -> Any:
+        """The library's dataset object, cached (generation is deterministic in name, seed and config)."""
+        key = json.dumps([name, seed, size, config], sort_keys=True)
+        if key in self._datasets:
+            self._datasets.move_to_end(key)
+            return self._datasets[key]
+        rg = _library()
+        try:
+            ds = rg.create_dataset(name, size=size, seed=seed, **config)
+        except Exception as exc:
+            raise InvalidTask(f"reasoning-gym cannot create dataset {name!r} with config {config}: "
+                              f"{type(exc).__name__}: {exc}",
+                              hint="check the dataset name (reasoning_gym.factory.DATASETS) and its config "
+                                   "fields") from None
+        self._datasets[key] = ds
+        while len(self._datasets) > _CACHE_SIZE:
+            self._datasets.popitem(last=False)
+        return ds
+
+    def entry(self, task: Task) -> tuple[Any, dict[str, Any]]:
+        """The dataset and the regenerated entry a task points at."""
+        meta = task.metadata
+        name, seed, index = meta.get("dataset"), meta.get("seed"), meta.get("index")
+        if not isinstance(name, str) or not isinstance(seed, int) or not isinstance(index, int) or index < 0:
+            raise InvalidTask(f"reasoning_gym task '{task.id}' needs metadata.dataset (str), seed (int) and "
+                              "index (int >= 0)", hint='e.g. {"dataset": "leg_counting", "seed": 42, "index": 0}')
+        config = meta.get("config") or {}
+        if not isinstance(config, dict):
+            raise InvalidTask(f"reasoning_gym task '{task.id}': metadata.config must be an object")
+        size = int(meta.get("size") or index + 1)
+        if index >= size:
+            raise InvalidTask(f"reasoning_gym task '{task.id}': index {index} is not below size {size}")
+        ds = self.dataset(name, seed, size, config)
+        return ds, ds[index]
+
+    @classmethod
+    def generate_tasks(cls, dataset: str, size: int, seed: int, config: dict[str, Any] | None = None,
+                       *, prefix: str | None = None) -> list[Task]:
+        """Task rows for entries 0..size-1 of a dataset: the question as input, the recipe in metadata."""
+        env = cls()
+        config = dict(config or {})
+        tasks = []
+        for index in range(size):
+            meta = {"dataset": dataset, "seed": seed, "index": index, "size": size, "config": config,
+                    "reasoning_gym_version": library_version()}
+            probe = Task(id="probe", input="", metadata=meta)
+            _, item = env.entry(probe)
+            tasks.append(Task(id=f"{prefix or 'rg-' + dataset}-s{seed}-{index:03d}", env=cls.name,
+                              input=str(item["question"]), metadata=meta, tags=[dataset]))
+        return tasks
+
+    # ---- environment -------------------------------------------------------------------------------
+    def check_task(self, task: Task) -> None:
+        _, item = self.entry(task)
+        question = task.input if isinstance(task.input, str) else None
+        if question is not None and question.strip() and question.strip() != str(item["question"]).strip():
+            raise InvalidTask(
+                f"reasoning_gym task '{task.id}': the input differs from the question reasoning-gym "
+                f"{library_version()} generates for {task.metadata.get('dataset')} seed "
+                f"{task.metadata.get('seed')} index {task.metadata.get('index')}",
+                hint="regenerate the rows with this library version (python -m palaestra.envs.reasoning_gym.generate)")
+
+    def prompt(self, task: Task) -> list[dict[str, Any]]:
+        """An empty input is filled with the generated question."""
+        if isinstance(task.input, str) and not task.input.strip():
+            _, item = self.entry(task)
+            task = task.model_copy(update={"input": str(item["question"])})
+        return super().prompt(task)
+
+    def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
+        ds, item = self.entry(state)
+        answer = extract_answer(final_text(trajectory))
+        meta: dict[str, Any] = {"dataset": state.metadata["dataset"]}
+        if answer is None:
+            return Verdict(reward=0.0, passed=False, components={"score": 0.0},
+                           metadata={**meta, "reason": "no_answer"})
+        try:
+            score = float(ds.score_answer(answer, item))
+        except Exception as exc:  # the scorer choked on the model's text: a wrong answer, not an outage
+            meta["scorer_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            score = 0.0
+        if not 0.0 <= score <= 1.0:
+            raise VerifierError(f"reasoning-gym scorer of {state.metadata['dataset']} returned {score}, not in [0, 1]")
+        return Verdict(reward=score, passed=score >= 1.0, components={"score": score}, metadata=meta, answer=answer)
+
+    def reference(self, task: Task) -> Reference:
+        _, item = self.entry(task)
+        return Reference(final_answer=f"<answer>{item['answer']}</answer>")

@@ -1,0 +1,93 @@
+"""``report.html``: one self-contained file per run that a reviewer can open offline.
+
+Every rollout is listed (as a summary row), but full transcripts are embedded only up to a size budget
+so the file stays openable for big runs: rollouts that did not pass come first, because they are the ones
+people open; the rest is one ``palaestra view RUN_DIR`` away.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from palaestra.report.detail import rollout_detail
+from palaestra.report.index import JournalIndex
+from palaestra.report.overview import build_overview
+from palaestra.report.page import render_page
+from palaestra.report.rows import COLUMNS, Row
+from palaestra.report.rundata import REPORT, RunInfo, load_run_info, run_metrics
+
+__all__ = ["DEFAULT_DETAIL_BYTES", "build_report", "write_report"]
+
+DEFAULT_DETAIL_BYTES = 12_000_000
+
+
+def _priority(row: Row) -> int:
+    if row.effective and not row.is_pass:
+        return 0  # counted and not passed (failed, timed out or low reward): why it failed is the question
+    if not row.scored:
+        return 1  # a failed attempt that a retry replaced
+    return 2
+
+
+def _details(index: JournalIndex, rows: list[Row], budget: int) -> tuple[dict[str, Any], int]:
+    details: dict[str, Any] = {}
+    used = 0
+    for row in sorted(rows, key=lambda r: (_priority(r), r.seq)):
+        try:
+            detail = rollout_detail(index.read_record(row.seq), row.seq)
+        except (IndexError, ValueError, OSError):
+            continue
+        size = len(orjson.dumps(detail))
+        if used + size > budget and details:
+            break
+        details[str(row.seq)] = detail
+        used += size
+    return details, used
+
+
+def build_report(info: RunInfo, *, max_detail_bytes: int = DEFAULT_DETAIL_BYTES) -> str:
+    """The report page of a run as a string."""
+    index = JournalIndex(info.journal)
+    index.advance()
+    rows = index.rows
+    metrics = run_metrics(info, rows, journal_problems=index.problems)
+    groups: dict[str, int] = {}
+    json_rows = [r.to_json(groups) for r in rows]
+    details, _ = _details(index, rows, max_detail_bytes) if rows else ({}, 0)
+    data = {
+        "mode": "static",
+        "columns": list(COLUMNS),
+        "groups": list(groups),
+        "rows": json_rows,
+        "tasks": sorted({r.task_id for r in rows}),
+        "details": details,
+    }
+    note = ""
+    if len(details) < len(rows):
+        note = (f'<p class="muted">Transcripts of {len(details)} of {len(rows)} rollouts are embedded (those that '
+                f"did not pass first); open the rest with <code>palaestra view {info.run_dir}</code>.</p>")
+    return render_page(title=info.title, overview_html=build_overview(rows, metrics, info.manifest),
+                       data=data, extra_sections=note)
+
+
+def write_report(run_dir: Path, *, out: Path | None = None, max_detail_bytes: int = DEFAULT_DETAIL_BYTES) -> Path:
+    """Write ``RUN_DIR/report.html`` (or ``out``) atomically and return its path.
+
+    Called at the end of every ``eval run``; safe on a run in progress or killed half-way (it reports what
+    the journal holds). Raises ReportError when ``run_dir`` is not a run directory.
+    """
+    info = load_run_info(run_dir)
+    html = build_report(info, max_detail_bytes=max_detail_bytes)
+    target = Path(out) if out is not None else Path(run_dir) / REPORT
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(html, encoding="utf-8")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target

@@ -1,0 +1,131 @@
+"""A runtime killed with SIGKILL in the middle of an exec leaves a registry record behind (written before
+the sandbox existed), and the reaper removes every trace: processes (even a setsid'd grandchild),
+the box directory and tmpfs, cgroups, the uid claim, the container."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import Target
+from test_escape import procs_with
+
+from palaestra.sandbox.registry import Registry
+
+RUNTIME = """
+import asyncio, json, sys
+from palaestra.sandbox import SandboxSpec, get_provider
+
+CHILD = '''
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    time.sleep(300)
+time.sleep(300)
+'''
+
+async def main():
+    name, image, python, marker = sys.argv[1:5]
+    provider = get_provider(name)
+    box = await provider.create(SandboxSpec(image=image or None, labels={"run_id": "crash-test"}))
+    info = {"id": box.id, "uid": getattr(box, "uid", None), "box_dir": getattr(box, "box_dir", None),
+            "cgroups": list(getattr(getattr(box, "cgroups", None), "paths", [])),
+            "container": getattr(box, "name", None)}
+    print(json.dumps(info), flush=True)
+    await box.exec([python, "-c", CHILD, marker], timeout=600)
+
+asyncio.run(main())
+"""
+
+
+def _containers(name: str) -> list[str]:
+    out = subprocess.run(["docker", "ps", "-a", "--filter", f"name={name}", "--format", "{{.Names}}"],
+                         capture_output=True, text=True)
+    return out.stdout.split()
+
+
+async def test_runtime_killed_mid_exec_then_cleanup(target: Target, tmp_path: Path) -> None:
+    marker = f"crash-{os.urandom(4).hex()}"
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    proc = subprocess.Popen([sys.executable, "-c", RUNTIME, target.name, target.image or "", target.python, marker],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
+        assert line, proc.stderr.read().decode() if proc.stderr else "runtime printed nothing"
+        info = json.loads(line)
+        deadline = time.monotonic() + 20
+        while len(procs_with(marker)) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert len(procs_with(marker)) >= 2, "the exec never started"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    registry = Registry()
+    record_path = registry.records_dir / f"{info['id']}.json"
+    assert record_path.exists(), "the sandbox was not registered"
+    survivors = len(procs_with(marker))
+
+    removed = target.provider.cleanup()
+    assert removed >= 1
+
+    deadline = time.monotonic() + 10
+    while procs_with(marker) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not procs_with(marker), f"processes survived the reaper ({survivors} were alive after the kill)"
+    assert not record_path.exists()
+    if info["box_dir"]:
+        assert not os.path.lexists(info["box_dir"])
+        assert not os.path.ismount(info["box_dir"])
+    for cg in info["cgroups"]:
+        assert not os.path.exists(cg), f"cgroup left: {cg}"
+    if info["uid"] is not None:
+        assert not (registry.uids_dir / str(info["uid"])).exists()
+        from palaestra.sandbox.registry import pids_of_uid
+
+        assert not pids_of_uid(info["uid"])
+    if info["container"]:
+        assert not _containers(info["container"])
+
+
+@pytest.mark.parametrize("name", ["local"])
+async def test_cleanup_spares_live_sandboxes(name: str) -> None:
+    from palaestra.sandbox import SandboxSpec, get_provider
+
+    provider = get_provider(name)
+    box = await provider.create(SandboxSpec())
+    try:
+        provider.cleanup()
+        assert (await box.exec(["true"])).ok
+    finally:
+        await box.close()
+
+
+async def test_registered_before_anything_exists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record is on disk when the first resource is made, and a failed creation leaves nothing."""
+    from palaestra.sandbox import SandboxError, SandboxSpec, get_provider
+
+    provider = get_provider("local")
+    seen: list[bool] = []
+    original = type(provider)._materialize
+
+    def spy(self: object, record: dict[str, object], spec: SandboxSpec) -> None:
+        seen.append((Registry().records_dir / f"{record['id']}.json").exists())
+        original(self, record, spec)  # type: ignore[arg-type]
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(type(provider), "_materialize", spy)
+    before = {r["id"] for r in Registry().records()}
+    with pytest.raises(SandboxError, match="disk on fire"):
+        await provider.create(SandboxSpec(labels={"run_id": "fail"}))
+    assert seen == [True]
+    assert {r["id"] for r in Registry().records()} == before
+    assert not any(p.name.startswith("local-") and p.name not in before for p in Registry().boxes_dir.iterdir())
