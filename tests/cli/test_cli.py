@@ -120,3 +120,14 @@ def test_errors_are_one_clear_line_not_a_traceback(cmd: list[str]) -> None:
     proc = subprocess.run(CLI + cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "error:" in proc.stderr
+
+
+def test_eval_run_flags_map_one_to_one_to_the_run_config() -> None:
+    import inspect
+
+    from palaestra.cli.eval_cmds import run
+    from palaestra.rollout.config import RunConfig
+
+    params = set(inspect.signature(run).parameters)
+    assert set(RunConfig.model_fields) <= params
+    assert params - set(RunConfig.model_fields) == {"config", "resume", "quiet", "show_config"}

@@ -13,10 +13,6 @@ from palaestra.cli.common import fail, guarded, run_async
 app = typer.Typer(no_args_is_help=True, help="Evaluations: run, metrics, reverify.")
 
 
-def _flags(**kw: Any) -> dict[str, Any]:
-    return {k: v for k, v in kw.items() if v is not None}
-
-
 @app.command("run")
 def run(
     input: str | None = typer.Option(None, "--input", "-i", help="Task file (JSONL or Parquet)."),
@@ -32,6 +28,8 @@ def run(
     out: str | None = typer.Option(None, "--out", "-o", help="Run directory."),
     temperature: float | None = typer.Option(None),
     max_tokens: int | None = typer.Option(None),
+    capture_tokens: bool | None = typer.Option(None, "--capture-tokens",
+                                               help="Ask the server for token ids and logprobs (vLLM, SGLang)."),
     seed: int | None = typer.Option(None),
     max_attempts: int | None = typer.Option(None, help="Attempts per rollout on infrastructure failure."),
     deadline_s: float | None = typer.Option(None, "--deadline", help="Seconds per rollout."),
@@ -45,13 +43,10 @@ def run(
 ) -> None:
     """Collect rollouts, journal them, and print metrics. Re-running with the same --out resumes."""
     from palaestra.cli.progress import run_with_progress
-    from palaestra.rollout.config import resolve
+    from palaestra.rollout.config import RunConfig, resolve
 
-    flags = _flags(input=input, env=env, limit=limit, repeats=repeats, concurrency=concurrency, model=model,
-                   model_name=model_name, api_key_env=api_key_env, api_key_file=api_key_file, agent=agent,
-                   out=out,
-                   temperature=temperature, max_tokens=max_tokens, seed=seed, max_attempts=max_attempts,
-                   deadline_s=deadline_s, placement=placement, skip_invalid=skip_invalid, max_steps=max_steps)
+    given = locals()  # every RunConfig field is a parameter of this command, by the same name
+    flags = {name: given[name] for name in RunConfig.model_fields if given.get(name) is not None}
     if resume:
         from palaestra.rollout.rundir import RUN_JSON, read_manifest
 

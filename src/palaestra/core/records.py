@@ -95,6 +95,8 @@ class ModelCallRecord(Record):
     prompt_token_ids: list[int] | None = None
     generation_token_ids: list[int] | None = None
     generation_logprobs: list[float] | None = None
+    # What the backend gave for RL: "ids+logprobs", "ids", "logprobs" or "none" (said plainly, not guessed).
+    token_capture: str | None = None
 
 
 class Trajectory(Record):

@@ -25,6 +25,11 @@ def oracle_references(env_specs: Sequence[str]) -> dict[str, Any]:
     return refs
 
 
+# Asked of OpenAI-compatible servers when token capture is on: vLLM (>=0.10.2) answers prompt_token_ids and
+# choices[].token_ids; logprobs carry one value per generated token. A server that ignores them is recorded
+# as such (ModelCallRecord.token_capture), never papered over. Off by default: OpenAI itself rejects them.
+TOKEN_CAPTURE_FIELDS = {"logprobs": True, "top_logprobs": 0, "return_token_ids": True}
+
 _SCRIPTED_OPTS = {"latency_ms", "failure_rate", "seed", "text"}
 
 
@@ -53,6 +58,7 @@ def make_backend(
     seed: int = 0,
     oracle_envs: Sequence[str] = (),
     timeout_s: float = 120.0,
+    capture_tokens: bool = False,
     max_concurrency: int = 256,
 ) -> ModelBackend:
     if spec.startswith("scripted"):
@@ -73,8 +79,8 @@ def make_backend(
         from palaestra.models.openai_http import OpenAIBackend, api_key_from_env
 
         return OpenAIBackend(url, model=model_name, api_key=api_key_from_env(api_key_env, api_key_file),
-                             timeout=timeout_s,
-                             max_concurrency=max_concurrency)
+                             timeout=timeout_s, max_concurrency=max_concurrency,
+                             extra_body=TOKEN_CAPTURE_FIELDS if capture_tokens else None)
     raise ConfigError(
         f"unknown model '{spec}'",
         hint="use scripted:POLICY (oracle|constant|echo|null|replay), local[:PATH], or an OpenAI-compatible "

@@ -90,7 +90,7 @@ class Collector:
             self.envs[name] = await mount_env(name, self.cfg.placement)
         for spec in sorted({self.model_spec(t) for t in self.tasks}):
             backend = make_backend(spec, model_name=self.cfg.model_name, api_key_env=self.cfg.api_key_env,
-                                   api_key_file=self.cfg.api_key_file,
+                                   api_key_file=self.cfg.api_key_file, capture_tokens=self.cfg.capture_tokens,
                                    seed=self.cfg.seed or 0, max_concurrency=max(self.cfg.concurrency, 1))
             self.proxies[spec] = ModelProxy(backend)
         for name in sorted({t.agent or self.cfg.agent for t in self.tasks}):

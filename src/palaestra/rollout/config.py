@@ -28,6 +28,8 @@ class RunConfig(BaseModel):
     agent: str = Field("tool", description="Harness for rows that name none.")
     out: str | None = Field(None, description="Run directory (default runs/<timestamp>-<env>).")
     temperature: float | None = Field(None, description="Sampling temperature override.")
+    capture_tokens: bool = Field(False, description="Ask an OpenAI-compatible server (vLLM, SGLang) for token ids "
+                                                    "and logprobs.")
     max_tokens: int | None = Field(None, ge=1, description="Max generated tokens per model call.")
     seed: int | None = Field(None, description="Sampling seed (sent to the model; repeat i uses seed+i).")
     max_attempts: int = Field(3, ge=1, description="Attempts per (task, repeat) on infrastructure failure.")

@@ -48,7 +48,17 @@ def token_fields(response: dict[str, Any]) -> tuple[list[int] | None, list[int] 
         values = [c.get("logprob") for c in content if isinstance(c, dict)]
         if values and all(isinstance(v, (int, float)) for v in values):
             logprobs = [float(v) for v in values if v is not None]
+        if gen_ids is None:  # vLLM's return_tokens_as_token_ids spells each token "token_id:123"
+            tokens = [c.get("token") for c in content if isinstance(c, dict)]
+            if tokens and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+                gen_ids = [int(t.split(":", 1)[1]) for t in tokens]
     return prompt_ids, gen_ids, logprobs
+
+
+def capture_status(gen_ids: list[int] | None, logprobs: list[float] | None) -> str:
+    if gen_ids is not None and logprobs is not None:
+        return "ids+logprobs"
+    return "ids" if gen_ids is not None else ("logprobs" if logprobs is not None else "none")
 
 
 def _int_usage(response: dict[str, Any]) -> dict[str, int]:
@@ -143,7 +153,7 @@ class ModelProxy:
         self._record(rollout_id, ModelCallRecord(
             api=api, request=chat_request, response=response, status=200, started=started, latency_s=latency,
             usage=_int_usage(response), prompt_token_ids=prompt_ids, generation_token_ids=gen_ids,
-            generation_logprobs=logprobs))
+            generation_logprobs=logprobs, token_capture=capture_status(gen_ids, logprobs)))
         if api == "responses":
             return translate.chat_to_responses(response, body)
         if api == "messages":
