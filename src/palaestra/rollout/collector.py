@@ -15,7 +15,7 @@ from typing import Any
 from palaestra.agents.base import Agent
 from palaestra.agents.registry import make_agent
 from palaestra.client.env_client import EnvClient
-from palaestra.core.errors import ConfigError, InvalidTask
+from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Rollout, Task
 from palaestra.core.secrets import redact_url
 from palaestra.envs.registry import load_env_class, register_alias, spec_for
@@ -26,7 +26,8 @@ from palaestra.rollout import rundir
 from palaestra.rollout.config import RunConfig
 from palaestra.rollout.journal import Journal, read_journal
 from palaestra.rollout.runner import run_rollout
-from palaestra.rollout.tasks import load_task_file, read_tasks, write_tasks
+from palaestra.rollout.selection import select_tasks
+from palaestra.rollout.tasks import read_tasks, write_tasks
 from palaestra.server.model_proxy import ModelProxy
 
 ProgressFn = Callable[[Rollout, bool], None]
@@ -40,34 +41,6 @@ class RunResult:
     skipped_rows: list[str] = field(default_factory=list)
     resumed: int = 0
     wall_s: float = 0.0
-
-
-def select_tasks(cfg: RunConfig) -> tuple[list[Task], list[str]]:
-    """Tasks from --input (validated row by row) or an environment's bundled examples."""
-    skipped: list[str] = []
-    default_env = load_env_class(cfg.env).name if cfg.env else ""  # a user file's spec → its short name
-    if cfg.input:
-        loaded = load_task_file(cfg.input, default_env)
-        if loaded.problems:
-            if not cfg.skip_invalid:
-                listing = "\n  ".join(str(p) for p in loaded.problems[:20])
-                more = f"\n  ... and {len(loaded.problems) - 20} more" if len(loaded.problems) > 20 else ""
-                raise InvalidTask(f"{len(loaded.problems)} invalid task row(s):\n  {listing}{more}",
-                                  hint="fix the rows, or pass --skip-invalid to run without them")
-            skipped = [str(p) for p in loaded.problems]
-        tasks = loaded.tasks
-    elif cfg.env:
-        tasks = load_env_class(cfg.env)().examples()
-    else:
-        raise ConfigError("no tasks: give --input FILE or --env NAME")
-    if cfg.limit:
-        tasks = tasks[: cfg.limit]
-    for t in tasks:  # every row must name a known environment before anything starts
-        try:
-            load_env_class(t.env)
-        except ConfigError as exc:
-            raise ConfigError(f"task '{t.id}': {exc.message}", hint=exc.hint) from None
-    return tasks, skipped
 
 
 class Collector:

@@ -12,6 +12,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from palaestra.core.errors import ConfigError
 
 
+class RunEntry(BaseModel):
+    """One (dataset × agent × model) entry of a multi-entry run file; unset fields fall back to the run's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$", description="Entry label: prefixes its task ids.")
+    input: str | None = None
+    env: str | None = None
+    limit: int | None = Field(None, ge=1)
+    agent: str | None = None
+    model: str | None = None
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -38,6 +51,8 @@ class RunConfig(BaseModel):
                            "inprocess (in-process ASGI app) | local (a process on 127.0.0.1).")
     skip_invalid: bool = Field(False, description="Skip malformed task rows (listing them) instead of refusing.")
     max_steps: int = Field(16, ge=1, description="Agent step limit.")
+    entries: list[RunEntry] | None = Field(None, description="Several (dataset × agent × model) entries in one run "
+                                                             "(run file only): one journal, metrics per entry.")
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
