@@ -129,5 +129,6 @@ def test_eval_run_flags_map_one_to_one_to_the_run_config() -> None:
     from palaestra.rollout.config import RunConfig
 
     params = set(inspect.signature(run).parameters)
-    assert set(RunConfig.model_fields) - {"entries"} <= params  # entries: run file only
+    run_file_only = {"entries", "models", "model_prices"}
+    assert set(RunConfig.model_fields) - run_file_only <= params
     assert params - set(RunConfig.model_fields) == {"config", "resume", "quiet", "show_config"}

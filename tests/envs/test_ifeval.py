@@ -49,7 +49,7 @@ def test_bundled_tasks_cover_every_kind_and_their_references_pass() -> None:
     ({"kind": "lowercase"}, "all small", "Not all small"),
     ({"kind": "uppercase"}, "ALL BIG 123", "ALL BIG but one"),
     ({"kind": "starts_with", "phrase": "Dear Sir"}, "  dear sir, hello", "Hello, dear sir"),
-    ({"kind": "ends_with", "phrase": "Is there anything else?"}, "Done. Is there anything else?  ", "Is there anything else? Bye"),
+    ({"kind": "ends_with", "phrase": "Anything else?"}, "Done. Anything else?  ", "Anything else? Bye"),
     ({"kind": "quotation"}, '"quoted"', 'said "quoted"'),
     ({"kind": "postscript"}, "Body.\n\nP.S. more", "P.S. only"),
     ({"kind": "no_commas"}, "no commas here", "one, two"),

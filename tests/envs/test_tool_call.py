@@ -15,7 +15,8 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
                                      "unit": {"type": "string", "enum": ["c", "f"]}},
     "required": ["city"], "additionalProperties": False}}}
 CONVERT = {"type": "function", "function": {"name": "convert", "parameters": {
-    "type": "object", "properties": {"amount": {"type": "number"}, "to": {"type": "string"}}, "required": ["amount", "to"]}}}
+    "type": "object", "properties": {"amount": {"type": "number"}, "to": {"type": "string"}},
+    "required": ["amount", "to"]}}}
 
 
 def _task(calls: list[tuple[str, dict[str, Any]]], **meta: Any) -> Task:

@@ -66,8 +66,4 @@ def test_wandb_offline(mixed_run: Path, tmp_path: Path, monkeypatch: pytest.Monk
     assert where.name.startswith("offline-run-") and where.is_dir()
     (log,) = where.glob("*.wandb")
     blob = log.read_bytes()
-    if b"mean_reward" not in blob:
-        import time; time.sleep(3)
-        print("AFTER SLEEP", len(log.read_bytes()))
-        for f in where.rglob("*.log"): print(f, f.read_text()[-3000:])
     assert b"mean_reward" in blob and b"coverage" in blob  # the metrics are in the offline run's log

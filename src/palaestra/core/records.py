@@ -97,6 +97,7 @@ class ModelCallRecord(Record):
     generation_logprobs: list[float] | None = None
     # What the backend gave for RL: "ids+logprobs", "ids", "logprobs" or "none" (said plainly, not guessed).
     token_capture: str | None = None
+    routed_to: str | None = None  # the named model that answered, when a router chose
 
 
 class Trajectory(Record):

@@ -30,7 +30,7 @@ def oracle_references(env_specs: Sequence[str]) -> dict[str, Any]:
 # as such (ModelCallRecord.token_capture), never papered over. Off by default: OpenAI itself rejects them.
 TOKEN_CAPTURE_FIELDS = {"logprobs": True, "top_logprobs": 0, "return_token_ids": True}
 
-_SCRIPTED_OPTS = {"latency_ms", "failure_rate", "seed", "text"}
+_SCRIPTED_OPTS = {"latency_ms", "failure_rate", "seed", "text", "accuracy"}
 
 
 def parse_scripted(spec: str) -> tuple[str, dict[str, str]]:
@@ -69,6 +69,7 @@ def make_backend(
                                failure_rate=float(opts.get("failure_rate", failure_rate)),
                                seed=int(opts.get("seed", seed)),
                                constant_text=str(opts.get("text", "\\boxed{A}")),
+                               accuracy=float(opts.get("accuracy", 1.0)),
                                references=oracle_references(oracle_envs) if oracle_envs else None)
     if spec == "local" or spec.startswith(("local:", "local?")):
         from palaestra.models.local import make_local_backend

@@ -87,6 +87,7 @@ class ScriptedBackend:
         constant_text: str = "\\boxed{A}",
         replay: Sequence[Mapping[str, Any]] | None = None,
         references: Mapping[str, Reference | Mapping[str, Any]] | None = None,
+        accuracy: float = 1.0,
     ) -> None:
         if policy not in POLICIES:
             raise ConfigError(
@@ -94,6 +95,8 @@ class ScriptedBackend:
             )
         if not 0.0 <= failure_rate <= 1.0:
             raise ConfigError(f"failure_rate must be within [0, 1], got {failure_rate}")
+        if not 0.0 <= accuracy <= 1.0:
+            raise ConfigError(f"accuracy must be within [0, 1], got {accuracy}")
         if latency_ms < 0:
             raise ConfigError(f"latency_ms must be >= 0, got {latency_ms}")
         if policy == "replay" and not replay:
@@ -107,6 +110,7 @@ class ScriptedBackend:
         self.failure_rate = failure_rate
         self.seed = seed
         self.constant_text = constant_text
+        self.accuracy = accuracy
         self.replay = [_normalize_replayed(m, i) for i, m in enumerate(replay or [])]
         self.references: dict[str, Reference] = {
             k: v if isinstance(v, Reference) else Reference.model_validate(v)
@@ -139,6 +143,8 @@ class ScriptedBackend:
                 "content": "scripted oracle: no reference for this conversation (register the rollout "
                 "with a reference, or start the server with the environment's tasks)",
             }
+        if self.accuracy < 1.0 and not self._knows(messages):
+            return {"role": "assistant", "content": "I am not sure."}
         turn = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
         if turn < len(reference.tool_calls):
             call = reference.tool_calls[turn]
@@ -146,6 +152,12 @@ class ScriptedBackend:
             calls = [_tool_call(call_id, call.name, call.arguments)]
             return {"role": "assistant", "content": None, "tool_calls": calls}
         return {"role": "assistant", "content": reference.final_answer or ""}
+
+    def _knows(self, messages: list[Message]) -> bool:
+        """Whether this oracle "knows" a task: a fixed draw per (seed, prompt), so a weaker oracle
+        (accuracy < 1) fails the same tasks on every call, as a weaker model would."""
+        digest = hashlib.sha256(f"{self.seed}:{reference_key(messages)}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64 < self.accuracy
 
     def _lookup(self, messages: list[Message], ctx: CallContext) -> Reference | None:
         if not self.references:

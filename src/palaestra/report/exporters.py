@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from palaestra.report.index import JournalIndex
 from palaestra.report.rundata import METRICS, REPORT, RUN_JSON, ReportError, load_run_info, run_metrics
@@ -150,10 +150,11 @@ def export_wandb(run_dir: str | Path, *, project: str = "palaestra", directory: 
         raise _missing("wandb", "wandb") from None
     if mode not in ("offline", "online", "disabled"):
         raise ReportError(f"unknown W&B mode {mode!r}", hint="use offline (default), online or disabled")
+    wb_mode: Literal["offline", "online", "disabled"] = mode  # type: ignore[assignment]
     d, manifest, metrics, files = _collect(run_dir)
     base = Path(directory) if directory is not None else d
     base.mkdir(parents=True, exist_ok=True)
-    run = wandb.init(project=project, dir=str(base), mode=mode, name=run_name or d.resolve().name,
+    run = wandb.init(project=project, dir=str(base), mode=wb_mode, name=run_name or d.resolve().name,
                      job_type="eval", config=flat_params(manifest), settings=wandb.Settings(silent=True))
     try:
         run.log(metrics)
@@ -166,4 +167,7 @@ def export_wandb(run_dir: str | Path, *, project: str = "palaestra", directory: 
         out = str(Path(run.dir).parent)
     finally:
         run.finish()
+        # finish() can return before wandb-core has written the offline file; teardown waits for it
+        # (otherwise a CLI that exits right away can lose the run)
+        wandb.teardown()
     return out

@@ -20,15 +20,16 @@ from palaestra.core.records import Rollout, Task
 from palaestra.core.secrets import redact_url
 from palaestra.envs.registry import load_env_class, register_alias, spec_for
 from palaestra.metrics.summary import compute_metrics
-from palaestra.models.factory import make_backend
+from palaestra.metrics.usage import model_usage
 from palaestra.placement import MountedEnv, mount_env
 from palaestra.rollout import rundir
+from palaestra.rollout.cascade import run_cascade
 from palaestra.rollout.config import RunConfig
 from palaestra.rollout.journal import Journal, read_journal
+from palaestra.rollout.models import ModelPool, needs_reference
 from palaestra.rollout.runner import run_rollout
 from palaestra.rollout.selection import select_tasks
 from palaestra.rollout.tasks import read_tasks, write_tasks
-from palaestra.server.model_proxy import ModelProxy
 
 ProgressFn = Callable[[Rollout, bool], None]
 
@@ -52,7 +53,7 @@ class Collector:
         self.tasks = tasks
         self.on_rollout = on_rollout
         self.envs: dict[str, MountedEnv] = {}
-        self.proxies: dict[str, ModelProxy] = {}
+        self.models = ModelPool(cfg)
         self.agents: dict[str, Agent] = {}
 
     def model_spec(self, task: Task) -> str:
@@ -61,19 +62,14 @@ class Collector:
     async def _setup(self) -> None:
         for name in sorted({t.env for t in self.tasks}):
             self.envs[name] = await mount_env(name, self.cfg.placement)
-        for spec in sorted({self.model_spec(t) for t in self.tasks}):
-            backend = make_backend(spec, model_name=self.cfg.model_name, api_key_env=self.cfg.api_key_env,
-                                   api_key_file=self.cfg.api_key_file, capture_tokens=self.cfg.capture_tokens,
-                                   seed=self.cfg.seed or 0, max_concurrency=max(self.cfg.concurrency, 1))
-            self.proxies[spec] = ModelProxy(backend)
+        self.models.prepare({self.model_spec(t) for t in self.tasks})
         for name in sorted({t.agent or self.cfg.agent for t in self.tasks}):
             self.agents[name] = make_agent(name, max_steps=self.cfg.max_steps)
 
     async def _teardown(self) -> None:
         for mounted in self.envs.values():
             await mounted.stop()
-        for proxy in self.proxies.values():
-            await proxy.backend.aclose()
+        await self.models.aclose()
 
     def _sampling(self, repeat: int) -> dict[str, Any]:
         s: dict[str, Any] = {}
@@ -92,12 +88,15 @@ class Collector:
         spec = self.model_spec(task)
         env: EnvClient = self.envs[task.env].client
         agent = self.agents[task.agent or self.cfg.agent]
+        route = self.models.route(spec)
         for attempt in range(first_attempt, self.cfg.max_attempts):
-            rollout = await run_rollout(
-                task, env=env, agent=agent, proxy=self.proxies[spec], model_name=redact_url(spec), repeat=repeat,
-                attempt=attempt, deadline_s=self.cfg.deadline_s, sampling=self._sampling(repeat),
-                with_reference=spec.startswith("scripted:oracle") or spec == "scripted",
-            )
+            kw: dict[str, Any] = {"env": env, "agent": agent, "repeat": repeat, "attempt": attempt,
+                                  "deadline_s": self.cfg.deadline_s, "sampling": self._sampling(repeat)}
+            if route is not None and route.strategy == "cascade":
+                rollout = await run_cascade(task, route, spec, self.models, **kw)
+            else:
+                rollout = await run_rollout(task, proxy=self.models.proxy(spec), model_name=redact_url(spec),
+                                            with_reference=needs_reference(self.models.resolve(spec)), **kw)
             await journal.append(rollout)
             done = rollout.outcome.status == "scored"
             if self.on_rollout:
@@ -171,9 +170,11 @@ def env_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def write_metrics(run_dir: Path, tasks: list[Task], repeats: int) -> dict[str, Any]:
+def write_metrics(run_dir: Path, tasks: list[Task], repeats: int,
+                  prices: dict[str, float] | None = None) -> dict[str, Any]:
     records, problems = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
     metrics = compute_metrics(records, expected_counts(tasks, repeats))
+    metrics["model_usage"] = model_usage(records, prices)
     hooks = env_metrics(records)
     if hooks:
         metrics["env_metrics"] = hooks
@@ -211,5 +212,5 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
         on_start(len(tasks) * cfg.repeats, already)
     if pending:
         await Collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
-    metrics = write_metrics(run_dir, tasks, cfg.repeats)
+    metrics = write_metrics(run_dir, tasks, cfg.repeats, cfg.model_prices)
     return RunResult(run_dir, metrics, len(pending), skipped, already, time.perf_counter() - t0)

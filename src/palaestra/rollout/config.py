@@ -51,6 +51,10 @@ class RunConfig(BaseModel):
                            "inprocess (in-process ASGI app) | local (a process on 127.0.0.1).")
     skip_invalid: bool = Field(False, description="Skip malformed task rows (listing them) instead of refusing.")
     max_steps: int = Field(16, ge=1, description="Agent step limit.")
+    models: dict[str, str] = Field(default_factory=dict, description="Named model specs (run file): rows, entries "
+                                                                    "and routers may name them.")
+    model_prices: dict[str, float] = Field(default_factory=dict, description="Price per million tokens by model "
+                                                                             "name, for cost in metrics and compare.")
     entries: list[RunEntry] | None = Field(None, description="Several (dataset × agent × model) entries in one run "
                                                              "(run file only): one journal, metrics per entry.")
 

@@ -43,6 +43,14 @@ class Sandbox(abc.ABC):
         """Every regular file under a directory, by path relative to it (symlinks are skipped)."""
 
     @abc.abstractmethod
+    async def download_tar(self, path: str = ".", *, max_bytes: int = 64 << 20, max_files: int = 10_000) -> bytes:
+        """A tar of a directory: files with their modes, empty directories, symlinks (not followed)."""
+
+    @abc.abstractmethod
+    async def upload_tar(self, data: bytes, path: str = ".") -> None:
+        """Unpack a tar (e.g. another sandbox's ``download_tar``) below ``path``; nothing may escape it."""
+
+    @abc.abstractmethod
     async def status(self) -> SandboxStatus: ...
 
     @abc.abstractmethod

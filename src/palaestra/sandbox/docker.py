@@ -144,14 +144,27 @@ class DockerSandbox(Sandbox):
             raise ValueError(f"'{path}' is over the {max_bytes}-byte limit")
         return cap.stdout
 
-    async def download_dir(self, path: str = ".", *, max_bytes: int = 64 << 20,
-                           max_files: int = 10_000) -> dict[str, bytes]:
+    async def download_tar(self, path: str = ".", *, max_bytes: int = 64 << 20, max_files: int = 10_000) -> bytes:
         self._check_open()
         cap = await self._raw_exec(["tar", "-C", self.inner_path(path), "-cf", "-", "."], cap=2 * max_bytes + (1 << 20))
         if cap.returncode != 0:
-            raise ValueError(f"cannot list '{path}' in the sandbox: {decode(cap.stderr).strip()[:300]}")
+            raise ValueError(f"cannot archive '{path}' in the sandbox: {decode(cap.stderr).strip()[:300]}")
+        if cap.stdout_total > 2 * max_bytes:
+            raise ValueError(f"'{path}' holds more than {max_bytes} bytes")
+        return cap.stdout
+
+    async def upload_tar(self, data: bytes, path: str = ".") -> None:
+        self._check_open()
+        inner = self.inner_path(path)
+        cap = await self._raw_exec(["/bin/sh", "-c", 'mkdir -p -- "$1" && tar -C "$1" -xf -', "sh", inner], stdin=data)
+        if cap.returncode != 0:
+            raise ValueError(f"cannot unpack into '{path}' in the sandbox: {decode(cap.stderr).strip()[:300]}")
+
+    async def download_dir(self, path: str = ".", *, max_bytes: int = 64 << 20,
+                           max_files: int = 10_000) -> dict[str, bytes]:
+        data = await self.download_tar(path, max_bytes=max_bytes, max_files=max_files)
         out: dict[str, bytes] = {}
-        with tarfile.open(fileobj=io.BytesIO(cap.stdout)) as tar:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             for member in tar:
                 if member.isfile():
                     fh = tar.extractfile(member)

@@ -174,3 +174,4 @@ def _fwalk(dirfd: int, prefix: str, depth: int = 0) -> Iterator[tuple[str, int, 
             yield from _fwalk(sub, f"{prefix}{name}/", depth + 1)
         finally:
             os.close(sub)
+

@@ -95,7 +95,7 @@ class HostProvider(SandboxProvider):
             raise SandboxError(f"creating a '{self.name}' sandbox failed: {type(exc).__name__}: {exc}",
                                hint="run `palaestra sandbox info` to see what this machine supports") from exc
         record["state"] = "live"
-        self.registry.write(record)
+        self.registry.write(record, sync=False)
         box = self.box_class(self, spec, record)
         self.boxes[box_id] = box
         return box

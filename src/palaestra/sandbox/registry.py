@@ -103,15 +103,16 @@ class Registry:
                                hint=f"set {STATE_ENV} to a writable directory") from exc
 
     # ---- records -------------------------------------------------------------------------------
-    def write(self, record: dict[str, Any]) -> None:
-        """Atomically (re)write a record; fsynced, because it is what the reaper trusts after a crash."""
+    def write(self, record: dict[str, Any], *, sync: bool = True) -> None:
+        """Atomically (re)write a record; fsynced (when ``sync``), as it is what the reaper trusts."""
         path = self.records_dir / f"{record['id']}.json"
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         data = json.dumps(record, sort_keys=True).encode()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             os.write(fd, data)
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -146,7 +147,7 @@ class Registry:
     def allocate_uid(self, box_id: str) -> int:
         """Claim a uid no account and no process uses; the claim file names the box that holds it."""
         lo, hi = self.uid_range()
-        busy = uids_in_use()
+        busy = _busy_uids()
         candidates = list(range(lo, hi + 1))
         random.shuffle(candidates)
         claim = json.dumps({"box": box_id, **owner_fields()}).encode()
@@ -202,6 +203,19 @@ def proc_uids(pid: str, *, live_only: bool = False) -> tuple[int, ...]:
     except (OSError, ValueError):
         pass
     return ()
+
+
+_BUSY: tuple[float, set[int]] = (0.0, set())
+
+
+def _busy_uids(max_age: float = 5.0) -> set[int]:
+    """``uids_in_use`` cached a few seconds: claims are authoritative among runtimes; the scan only
+    guards against foreign processes that happen to use a uid of the range."""
+    global _BUSY
+    now = time.monotonic()
+    if now - _BUSY[0] > max_age:
+        _BUSY = (now, uids_in_use())
+    return _BUSY[1]
 
 
 def uids_in_use() -> set[int]:

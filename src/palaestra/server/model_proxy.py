@@ -153,7 +153,8 @@ class ModelProxy:
         self._record(rollout_id, ModelCallRecord(
             api=api, request=chat_request, response=response, status=200, started=started, latency_s=latency,
             usage=_int_usage(response), prompt_token_ids=prompt_ids, generation_token_ids=gen_ids,
-            generation_logprobs=logprobs, token_capture=capture_status(gen_ids, logprobs)))
+            generation_logprobs=logprobs, token_capture=capture_status(gen_ids, logprobs),
+            routed_to=response.get("palaestra_routed_to")))
         if api == "responses":
             return translate.chat_to_responses(response, body)
         if api == "messages":

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from palaestra.core.environment import Environment
-from palaestra.core.errors import InvalidTask, ToolError
+from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 from palaestra.core.tools import tool
 from palaestra.envs.code.harness import HARNESS, extract_code, parse_results
@@ -104,7 +104,7 @@ class CodeEnv(Environment):
         files = {"solution.py": code, "_harness.py": HARNESS, "_tests.json": json.dumps(spec_json)}
         provider = provider_for(task)
         async with await provider.create(self._spec(task, files, "grade")) as box:
-            result = await box.exec([python_for(provider), "-I", "_harness.py"], stdin=(nonce + "\n").encode(),
+            result = await box.exec([python_for(provider), "-I", "-S", "_harness.py"], stdin=(nonce + "\n").encode(),
                                     timeout=timeout + 5)
         report = parse_results(result.stdout, nonce, len(tests))
         passed = len(report.passed) == len(tests)

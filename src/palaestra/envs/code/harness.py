@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 
 HARNESS = r'''
-import json, os, signal, sys, traceback
+import json, os, signal, sys
 nonce = sys.stdin.readline().strip()
 spec = json.load(open("_tests.json"))
 report = os.fdopen(os.dup(1), "w")
@@ -43,7 +43,8 @@ try:
         exec(compile(spec["setup"], "setup", "exec"), namespace)
 except BaseException as exc:
     signal.setitimer(signal.ITIMER_REAL, 0)
-    emit("load_error", -1, "".join(traceback.format_exception_only(type(exc), exc)).strip())
+    where = getattr(exc, "lineno", None)
+    emit("load_error", -1, type(exc).__name__ + ": " + str(exc) + (" (line %s)" % where if where else ""))
     sys.exit(0)
 if spec["entry_point"] not in namespace:
     emit("load_error", -1, "solution.py does not define " + spec["entry_point"])

@@ -13,19 +13,6 @@ from palaestra.core.records import Reference, Task, Trajectory, Verdict
 from palaestra.envs.ifeval import constraints as C
 
 
-def final_text(trajectory: Trajectory) -> str:
-    """The model's last words: ``final_answer``, else the last assistant message's text."""
-    if trajectory.final_answer is not None:
-        return trajectory.final_answer
-    for message in reversed(trajectory.messages):
-        if message.get("role") == "assistant":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            return str(content or "")
-    return ""
-
-
 class IFEval(Environment):
     """Instruction following scored by verifiable constraints: reward = fraction satisfied."""
 
@@ -69,7 +56,7 @@ class IFEval(Environment):
 
     def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         self.check_task(state)
-        text = final_text(trajectory)
+        text = trajectory.final_text()
         components: dict[str, float] = {}
         details: dict[str, str] = {}
         for i, constraint in enumerate(state.metadata["constraints"], 1):

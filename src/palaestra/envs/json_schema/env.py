@@ -13,19 +13,6 @@ from palaestra.core.records import Reference, Task, Trajectory, Verdict
 from palaestra.envs.json_schema.extract import find_json, is_missing, lookup, same, split_path
 
 
-def final_text(trajectory: Trajectory) -> str:
-    """The model's last words: ``final_answer``, else the last assistant message's text."""
-    if trajectory.final_answer is not None:
-        return trajectory.final_answer
-    for message in reversed(trajectory.messages):
-        if message.get("role") == "assistant":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            return str(content or "")
-    return ""
-
-
 def _validator(schema: dict[str, Any]) -> Any:
     """A validator for the schema's own draft (``$schema``), with format checks switched on."""
     import jsonschema
@@ -85,7 +72,7 @@ class JSONSchema(Environment):
     def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         self.check_task(state)
         meta = state.metadata
-        value, found_by = find_json(final_text(trajectory))
+        value, found_by = find_json(trajectory.final_text())
         expected: dict[str, Any] = meta.get("expected") or {}
         normalize = bool(meta.get("normalize_strings", False))
         components = {"parse": 0.0, "schema": 0.0}

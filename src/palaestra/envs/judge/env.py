@@ -26,19 +26,6 @@ ENV_KEY_VAR = "PALAESTRA_JUDGE_API_KEY_ENV"
 OUTCOME_SCORE = {"win": 1.0, "loss": 0.0}
 
 
-def final_text(trajectory: Trajectory) -> str:
-    """The model's last words: ``final_answer``, else the last assistant message's text."""
-    if trajectory.final_answer is not None:
-        return trajectory.final_answer
-    for message in reversed(trajectory.messages):
-        if message.get("role") == "assistant":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            return str(content or "")
-    return ""
-
-
 def _question(task: Task) -> str:
     users = [m for m in task.messages() if m.get("role") == "user"]
     content = users[-1].get("content") if users else ""
@@ -158,7 +145,7 @@ class Judge(Environment):
     async def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         self.check_task(state)
         meta = state.metadata
-        answer = final_text(trajectory)
+        answer = trajectory.final_text()
         mode = meta.get("mode", "absolute")
         if not answer.strip():
             return Verdict(reward=0.0, passed=False, components={"judge_score": 0.0},

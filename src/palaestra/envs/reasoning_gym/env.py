@@ -21,19 +21,6 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _CACHE_SIZE = 64
 
 
-def final_text(trajectory: Trajectory) -> str:
-    """The model's last words: ``final_answer``, else the last assistant message's text."""
-    if trajectory.final_answer is not None:
-        return trajectory.final_answer
-    for message in reversed(trajectory.messages):
-        if message.get("role") == "assistant":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            return str(content or "")
-    return ""
-
-
 def extract_answer(text: str) -> str | None:
     """The last ``<answer>...</answer>``; without tags, the whole reply; None when empty."""
     found = _ANSWER.findall(text)
@@ -146,7 +133,7 @@ class ReasoningGym(Environment):
 
     def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         ds, item = self.entry(state)
-        answer = extract_answer(final_text(trajectory))
+        answer = extract_answer(trajectory.final_text())
         meta: dict[str, Any] = {"dataset": state.metadata["dataset"]}
         if answer is None:
             return Verdict(reward=0.0, passed=False, components={"score": 0.0},

@@ -21,19 +21,6 @@ _INSTRUCTION = ("Write one SQLite SELECT query that answers the question. You ma
                 "run_query tool first. Give the final query in a ```sql code block.")
 
 
-def final_text(trajectory: Trajectory) -> str:
-    """The model's last words: ``final_answer``, else the last assistant message's text."""
-    if trajectory.final_answer is not None:
-        return trajectory.final_answer
-    for message in reversed(trajectory.messages):
-        if message.get("role") == "assistant":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            return str(content or "")
-    return ""
-
-
 def extract_sql(text: str) -> str:
     """The query in the answer: the last ```sql block, else the last fenced block, else the whole text."""
     blocks = _FENCE.findall(text)
@@ -135,7 +122,7 @@ class SQLEnv(Environment):
         except db.QueryError as exc:
             raise VerifierError(f"sql task '{state.task.id}': the gold query fails: {exc}",
                                 hint="fix metadata.gold_sql; the rollout is failed(verifier), not 0") from None
-        sql = extract_sql(final_text(trajectory))
+        sql = extract_sql(trajectory.final_text())
         if not sql:
             return Verdict(reward=0.0, passed=False, components={"executes": 0.0, "result_match": 0.0},
                            metadata={"reason": "no_query"})

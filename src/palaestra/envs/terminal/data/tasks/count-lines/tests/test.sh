@@ -1,0 +1,3 @@
+#!/bin/sh
+set -e
+[ "$(tr -d ' \n' < count.txt)" = "137" ]

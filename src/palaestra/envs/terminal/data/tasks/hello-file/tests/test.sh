@@ -1,0 +1,3 @@
+#!/bin/sh
+set -e
+[ "$(cat hello.txt)" = "Hello, world!" ]

@@ -1,0 +1,3 @@
+#!/bin/sh
+set -e
+[ -x tools/run.sh ] && [ "$(./tools/run.sh)" = "ok" ]

@@ -1,0 +1,3 @@
+#!/bin/sh
+set -e
+[ "$(tr -d ' \n' < top.txt)" = "the" ]

@@ -1,0 +1,4 @@
+#!/bin/sh
+set -e
+printf 'ALICE\nBOB\nCAROL SMITH\n' > "${TMPDIR:-/tmp}/expected"
+cmp -s upper.txt "${TMPDIR:-/tmp}/expected"

@@ -1,0 +1,65 @@
+"""The run's models: each ``--model`` (or row/entry ``model``) spec becomes one proxied backend, built
+once. A spec may name an entry of the run's ``models`` table, or be a router over such names."""
+
+from __future__ import annotations
+
+from palaestra.models.base import ModelBackend
+from palaestra.models.factory import make_backend
+from palaestra.models.router import RouterBackend, RouteSpec, is_router, parse_route
+from palaestra.rollout.config import RunConfig
+from palaestra.server.model_proxy import ModelProxy
+
+
+def needs_reference(spec: str) -> bool:
+    """The scripted oracle plays the environment's reference, so its rollouts fetch it first."""
+    return spec == "scripted" or spec.startswith("scripted:oracle")
+
+
+class ModelPool:
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self._backends: dict[str, ModelBackend] = {}
+        self._proxies: dict[str, ModelProxy] = {}
+
+    def resolve(self, spec: str) -> str:
+        """A name from the ``models`` table → its spec; anything else is a spec already."""
+        return self.cfg.models.get(spec, spec)
+
+    def _backend(self, spec: str) -> ModelBackend:
+        spec = self.resolve(spec)
+        if spec not in self._backends:
+            c = self.cfg
+            self._backends[spec] = make_backend(spec, model_name=c.model_name, api_key_env=c.api_key_env,
+                                                api_key_file=c.api_key_file, capture_tokens=c.capture_tokens,
+                                                seed=c.seed or 0, max_concurrency=max(c.concurrency, 1))
+        return self._backends[spec]
+
+    def route(self, spec: str) -> RouteSpec | None:
+        return parse_route(spec, self.cfg.models) if is_router(spec) else None
+
+    def proxy(self, spec: str) -> ModelProxy:
+        """The proxy for a spec (a name, a spec, or a per-request router); built on first use."""
+        if spec not in self._proxies:
+            route = self.route(spec)
+            backend: ModelBackend
+            if route is None:
+                backend = self._backend(spec)
+            else:
+                names = set(route.to) | set(route.tag_map.values()) | ({route.default} if route.default else set())
+                backend = RouterBackend(route, {n: self._backend(n) for n in names})
+            self._proxies[spec] = ModelProxy(backend)
+        return self._proxies[spec]
+
+    def prepare(self, specs: set[str]) -> None:
+        """Build every backend up front, so a bad spec fails before the first rollout."""
+        for spec in sorted(specs):
+            route = self.route(spec)
+            if route is not None and route.strategy == "cascade":
+                for name in route.to:
+                    self.proxy(name)
+            else:
+                self.proxy(spec)
+
+    async def aclose(self) -> None:
+        for backend in self._backends.values():
+            await backend.aclose()
