@@ -60,7 +60,7 @@ async def test_rewards_fraction_all_and_failures() -> None:
 
 async def test_hacks_and_runaways_earn_nothing() -> None:
     env = CodeEnv()
-    task = make_task(timeout_s=1)
+    task = make_task(timeout_s=1, test_timeout_s=0.3)
     hacks = [
         "import os\nos._exit(0)\ndef add(a, b):\n    return -7\n",
         "print('PASS')\nimport sys\nsys.stdout.write('[\"x\", \"pass\", 0, \"\"]\\n')\ndef add(a, b):\n    return -7\n",
@@ -71,8 +71,8 @@ async def test_hacks_and_runaways_earn_nothing() -> None:
     for code in hacks:
         reward, passed, meta = await grade(env, task, f"```python\n{code}```")
         assert reward == 0.0 and not passed, (code, meta)
-    _, _, meta = await grade(env, task, "```python\ndef add(a, b):\n    while True:\n        pass\n```")
-    assert "timed out" in str(meta.get("failures")) or meta.get("sandbox_failure", "").startswith("timeout")
+        if "while True" in code:
+            assert "timed out" in str(meta.get("failures")), meta
 
 
 async def test_run_python_tool_and_cleanup() -> None:

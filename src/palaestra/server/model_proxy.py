@@ -49,9 +49,9 @@ def token_fields(response: dict[str, Any]) -> tuple[list[int] | None, list[int] 
         if values and all(isinstance(v, (int, float)) for v in values):
             logprobs = [float(v) for v in values if v is not None]
         if gen_ids is None:  # vLLM's return_tokens_as_token_ids spells each token "token_id:123"
-            tokens = [c.get("token") for c in content if isinstance(c, dict)]
-            if tokens and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
-                gen_ids = [int(t.split(":", 1)[1]) for t in tokens]
+            tokens = [str(c.get("token")) for c in content if isinstance(c, dict)]
+            if tokens and all(t.startswith("token_id:") and t[9:].isdigit() for t in tokens):
+                gen_ids = [int(t[9:]) for t in tokens]
     return prompt_ids, gen_ids, logprobs
 
 
