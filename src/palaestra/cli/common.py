@@ -13,9 +13,6 @@ from palaestra.core.errors import PalaestraError
 
 T = TypeVar("T")
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine; a PalaestraError becomes a clear message and exit code 2, not a traceback."""
     try:

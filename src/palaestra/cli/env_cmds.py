@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from palaestra.cli.common import LOOPBACK, fail, run_async
+from palaestra.cli.common import fail, run_async
 
 app = typer.Typer(no_args_is_help=True, help="Environments: list, info, serve, check.")
 
@@ -57,14 +57,13 @@ def serve(
     spec: str = typer.Argument(..., help="Built-in name, module:Class or ./file.py:Class."),
     host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default)."),
     port: int = typer.Option(8765, help="Port (0 picks a free one)."),
+    token_env: str = typer.Option("PALAESTRA_TOKEN", help="Variable holding the bearer token (required off "
+                                                          "loopback)."),
 ) -> None:
     """Serve an environment over HTTP (DESIGN §1)."""
-    if host not in LOOPBACK:
-        fail(f"refusing to bind {host}: only loopback is allowed without an auth token",
-             "bind 127.0.0.1, or put the server behind an authenticating proxy")
     from palaestra.server import env_main
 
-    env_main.main([spec, "--host", host, "--port", str(port)])
+    env_main.main([spec, "--host", host, "--port", str(port), "--token-env", token_env])
 
 
 @app.command("check")

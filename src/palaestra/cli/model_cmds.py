@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from palaestra.cli.common import LOOPBACK, fail
+from palaestra.cli.common import fail
 
 app = typer.Typer(no_args_is_help=True, help="Models: serve a backend over the OpenAI-compatible API.")
 
@@ -20,10 +20,18 @@ def serve(
     api_key_env: str = typer.Option("OPENAI_API_KEY", help="Variable holding the upstream API key."),
     host: str = typer.Option("127.0.0.1"),
     port: int = typer.Option(8000),
+    token_env: str = typer.Option("PALAESTRA_TOKEN", help="Variable holding the bearer token (required off "
+                                                          "loopback)."),
 ) -> None:
     """Serve /v1/chat/completions, /v1/responses, /v1/messages and /v1/models."""
-    if host not in LOOPBACK:
-        fail(f"refusing to bind {host}: only loopback is allowed without an auth token", "bind 127.0.0.1")
+    from palaestra.core.errors import PalaestraError
+    from palaestra.server.auth import check_bind, protect, token_from_env
+
+    token = token_from_env(token_env)
+    try:
+        check_bind(host, token, token_env=token_env)
+    except PalaestraError as exc:
+        fail(exc.message, exc.hint)
     import uvicorn
 
     from palaestra.models.factory import make_backend
@@ -35,7 +43,8 @@ def serve(
     start = getattr(model_backend, "start", None)
     if start is not None:  # the local model loads while uvicorn starts, not on the first request
         start()
-    uvicorn.run(create_model_app(ModelProxy(model_backend)), host=host, port=port, log_level="warning")
+    uvicorn.run(protect(create_model_app(ModelProxy(model_backend)), token), host=host, port=port,
+                log_level="warning")
 
 
 def _mount_local() -> None:

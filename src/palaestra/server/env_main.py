@@ -13,7 +13,9 @@ import threading
 
 import uvicorn
 
+from palaestra.core.errors import PalaestraError
 from palaestra.envs.registry import load_env
+from palaestra.server.auth import TOKEN_ENV, check_bind, protect, token_from_env
 from palaestra.server.env_app import create_env_app
 from palaestra.server.sessions import EnvironmentHost
 
@@ -36,9 +38,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ttl", type=float, default=3600.0)
     p.add_argument("--max-sessions", type=int, default=10_000)
     p.add_argument("--watch-stdin", action="store_true")
+    p.add_argument("--token-env", default=TOKEN_ENV, help="variable holding the bearer token")
     a = p.parse_args(argv)
-    env = load_env(a.spec)
-    app = create_env_app(EnvironmentHost(env, ttl_s=a.ttl, max_sessions=a.max_sessions))
+    token = token_from_env(a.token_env)
+    try:
+        check_bind(a.host, token, token_env=a.token_env)
+        env = load_env(a.spec)
+    except PalaestraError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    app = protect(create_env_app(EnvironmentHost(env, ttl_s=a.ttl, max_sessions=a.max_sessions)), token)
     # uvicorn binds the port itself: handing it a pre-bound socket costs ~40 ms per request here.
     config = uvicorn.Config(app, host=a.host, port=a.port, log_level="warning", access_log=False, lifespan="on",
                             backlog=4096)

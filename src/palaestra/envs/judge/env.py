@@ -16,6 +16,7 @@ from typing import Any
 from palaestra.core.environment import Environment
 from palaestra.core.errors import InfraError, InvalidTask, PalaestraError
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
+from palaestra.core.secrets import redact_url
 from palaestra.envs.judge import judges
 from palaestra.models.base import CallContext, ModelBackend
 
@@ -70,7 +71,7 @@ class Judge(Environment):
         loop = asyncio.get_running_loop()
         cached = self._backends.get((spec, model))
         if cached is not None and cached[0] is loop:
-            return spec, cached[1]
+            return redact_url(spec), cached[1]
         backend: ModelBackend
         if spec == BUILTIN:
             backend = judges.ReferenceMatchJudge()
@@ -82,10 +83,10 @@ class Judge(Environment):
                                        api_key_env=os.environ.get(ENV_KEY_VAR, "OPENAI_API_KEY"),
                                        max_concurrency=self.max_concurrency)
             except PalaestraError as exc:
-                raise InfraError("judge", f"cannot build the judge model {spec!r}: {exc}",
+                raise InfraError("judge", f"cannot build the judge model {redact_url(spec)!r}: {exc}",
                                  hint=f"set {ENV_MODEL} (or metadata.judge_model) to a model URL or spec") from exc
         self._backends[(spec, model)] = (loop, backend)
-        return spec, backend
+        return redact_url(spec), backend
 
     async def aclose(self) -> None:
         """Close the judge backends this environment opened (their HTTP connection pools)."""
@@ -107,6 +108,7 @@ class Judge(Environment):
             raise InvalidTask(f"judge task '{task.id}': unknown metadata.mode {mode!r}",
                               hint="use absolute or pairwise")
         points = meta.get("key_points", [])
+
         def point_ok(p: Any) -> bool:
             return isinstance(p, str) or (isinstance(p, list) and bool(p) and all(isinstance(x, str) for x in p))
 

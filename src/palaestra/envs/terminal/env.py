@@ -36,7 +36,8 @@ REWARD_FILE = "/tmp/palaestra-logs/reward.txt"
 READ_LIMIT = 100_000
 # bash where the sandbox has it (agents write bash), else POSIX sh
 _SHELL = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; else exec sh -c "$1"; fi'
-_SCRIPT = 'if command -v bash >/dev/null 2>&1; then exec bash "$1"; else exec sh "$1"; fi'
+_SCRIPT = ('mkdir -p "${PALAESTRA_REWARD_FILE%/*}"; '
+           'if command -v bash >/dev/null 2>&1; then exec bash "$1"; else exec sh "$1"; fi')
 
 
 @dataclass

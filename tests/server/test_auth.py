@@ -1,0 +1,73 @@
+"""Servers off loopback need a token; with a token, requests without it are rejected."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+from palaestra.client.env_client import HttpEnvClient
+from palaestra.core.errors import PalaestraError
+from palaestra.core.records import Task
+
+CLI = [sys.executable, "-m", "palaestra.cli.main"]
+TOKEN = "t0ken-" + "x" * 30
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_public_bind_without_token_refuses_to_start() -> None:
+    for cmd in (["env", "serve", "mcqa", "--host", "0.0.0.0"], ["model", "serve", "--host", "0.0.0.0"]):
+        env = {k: v for k, v in os.environ.items() if k != "PALAESTRA_TOKEN"}
+        proc = subprocess.run(CLI + cmd, capture_output=True, text=True, timeout=60, env=env)
+        assert proc.returncode == 2, proc.stderr
+        assert "refusing to bind 0.0.0.0" in proc.stderr and "PALAESTRA_TOKEN" in proc.stderr
+
+
+def test_short_token_is_refused() -> None:
+    proc = subprocess.run(CLI + ["env", "serve", "mcqa", "--host", "0.0.0.0"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PALAESTRA_TOKEN": "short"})
+    assert proc.returncode == 2 and "too short" in proc.stderr
+
+
+async def test_token_protected_env_server() -> None:
+    port = _free_port()
+    proc = subprocess.Popen(CLI + ["env", "serve", "mcqa", "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "PALAESTRA_TOKEN": TOKEN})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                if httpx.get(base + "/healthz").status_code == 200:  # the health probe stays open
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        r = httpx.get(base + "/info")
+        assert r.status_code == 401 and r.json()["error"]["kind"] == "unauthorized"
+        assert httpx.get(base + "/info", headers={"authorization": "Bearer wrong"}).status_code == 401
+        good = HttpEnvClient(base, name="mcqa", token=TOKEN)
+        bad = HttpEnvClient(base, name="mcqa")
+        try:
+            assert (await good.info())["name"] == "mcqa"
+            task = Task(id="q", input="Q?", metadata={"options": ["x", "y"], "expected_answer": "A"})
+            session = await good.open(task)
+            await good.close(session.session_id)
+            try:
+                await bad.open(task)
+                raise AssertionError("an unauthenticated client opened a session")
+            except PalaestraError as exc:
+                assert "bearer token" in str(exc)
+        finally:
+            await good.aclose()
+            await bad.aclose()
+    finally:
+        proc.terminate()
+        proc.wait(10)
