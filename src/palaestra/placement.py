@@ -4,19 +4,16 @@ here). Callers get an ``EnvClient`` and never know which."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import subprocess
-import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from palaestra.client.env_client import EnvClient, HttpEnvClient
 from palaestra.core.environment import Environment
 from palaestra.core.errors import ConfigError, EnvironmentFailure
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
+from palaestra.envproc import SupervisedEnvClient
 from palaestra.envs.registry import load_env, spec_for
 from palaestra.server.env_app import create_env_app
 from palaestra.server.sessions import EnvironmentHost
@@ -85,67 +82,15 @@ class MountedEnv:
     process: subprocess.Popen[bytes] | None = None
     base_url: str | None = None
     startup_s: float = 0.0
-    _extra: dict[str, Any] = field(default_factory=dict)
+    supervisor: SupervisedEnvClient | None = None
+
+    def __post_init__(self) -> None:
+        if self.supervisor is not None:
+            self.process = self.supervisor.process
 
     async def stop(self) -> None:
-        await self.client.aclose()
-        if self.process is not None:
-            _terminate(self.process)
-            self.process = None
-
-
-def _terminate(proc: subprocess.Popen[bytes], grace_s: float = 3.0) -> None:
-    """Stop an environment server: close its stdin (it exits on EOF), then SIGTERM, then SIGKILL."""
-    if proc.poll() is None:
-        try:
-            if proc.stdin:
-                proc.stdin.close()
-        except OSError:
-            pass
-        proc.terminate()
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-
-
-async def start_env_process(spec: str, *, ready_timeout_s: float = 30.0, env_vars: dict[str, str] | None = None,
-                            ) -> tuple[subprocess.Popen[bytes], int]:
-    """Start ``python -m palaestra.server.env_main SPEC`` on 127.0.0.1 and wait for its ready line.
-
-    Its stderr goes to a temporary log file (a pipe nobody reads would block a chatty server); the log is
-    shown if the server fails to start."""
-    cmd = [sys.executable, "-m", "palaestra.server.env_main", spec, "--watch-stdin"]
-    child_env = dict(os.environ)
-    if env_vars:
-        child_env.update(env_vars)
-    log_fd = tempfile.TemporaryFile(prefix="palaestra-env-")
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_fd, env=child_env,
-                            cwd=os.getcwd())
-    assert proc.stdout is not None
-    loop = asyncio.get_running_loop()
-
-    def failure(reason: str) -> EnvironmentFailure:
-        _terminate(proc)
-        log_fd.seek(0)
-        err = log_fd.read().decode(errors="replace")[-2000:].strip()
-        log_fd.close()
-        return EnvironmentFailure(f"environment server for '{spec}' {reason}: {err or '(no output)'}",
-                                  hint="run `palaestra env serve SPEC` to see the full error")
-
-    try:
-        line = await asyncio.wait_for(loop.run_in_executor(None, proc.stdout.readline), ready_timeout_s)
-    except asyncio.TimeoutError:
-        raise failure(f"not ready after {ready_timeout_s:.0f} s") from None
-    text = line.decode(errors="replace").strip()
-    if not text.startswith("PALAESTRA_READY "):
-        raise failure("failed to start")
-    log_fd.close()  # the child keeps its own descriptor; the file vanishes when both are closed
-    return proc, int(text.split()[1])
+        await self.client.aclose()  # a supervised client also stops its process
+        self.process = None
 
 
 async def mount_env(spec: str | Environment, placement: str = "inprocess") -> MountedEnv:
@@ -161,12 +106,13 @@ async def mount_env(spec: str | Environment, placement: str = "inprocess") -> Mo
         from palaestra.envs.registry import load_env_class
 
         cls = load_env_class(spec_str)
-        proc, port = await start_env_process(spec_for(spec_str))
-        base = f"http://127.0.0.1:{port}"
-        client: EnvClient = HttpEnvClient(base, name=cls.name)
-        return MountedEnv(cls.name, spec_str, placement, client, cls, proc, base, time.perf_counter() - t0)
+        supervised = SupervisedEnvClient(spec_for(spec_str), cls.name)
+        await supervised.start()
+        return MountedEnv(cls.name, spec_str, placement, supervised, cls, None, supervised.base_url,
+                          time.perf_counter() - t0, supervisor=supervised)
     env = env or load_env(spec_str)
     host = EnvironmentHost(env)
+    client: EnvClient
     if placement == "direct":
         client = DirectEnvClient(host)
     else:

@@ -180,8 +180,6 @@ def test_tasks_without_anything_to_grade_against_are_invalid() -> None:
         Judge().check_task(Task(id="t", input="?", metadata={"mode": "elo", "rubric": "r"}))
 
 
-@pytest.mark.xfail(strict=True, reason="needs EnvironmentHost._verify to let InfraError through (not wrap it "
-                                       "as VerifierError), and the HTTP client to rebuild kind 'judge'")
 async def test_a_rollout_with_a_failing_judge_is_failed_judge() -> None:
     server = _Counting("no score here")
     with _serve(server.app()) as url:

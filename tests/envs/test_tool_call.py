@@ -134,7 +134,7 @@ def test_max_matching_finds_the_best_pairing() -> None:
     assert sorted(owner) == [0, 1] and owner[0] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="needs EnvironmentHost to call Environment.dynamic_tool for non-@tool names")
+
 async def test_session_host_routes_task_tools_to_the_hook() -> None:
     host = EnvironmentHost(ToolCallEnv())
     opened = await host.open(_task([("convert", {"amount": 5, "to": "EUR"})]))

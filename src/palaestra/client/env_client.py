@@ -10,6 +10,7 @@ import orjson
 from palaestra.client.transport import AsgiTransport, NetworkTransport, Transport, TransportFailure
 from palaestra.core.errors import (
     EnvironmentFailure,
+    InfraError,
     InvalidTask,
     PalaestraError,
     VerifierError,
@@ -141,6 +142,8 @@ def _error_from(err: dict[str, Any], status: int, where: str) -> PalaestraError:
     hint = err.get("hint")
     if kind == "verifier":
         return VerifierError(message, hint=hint)
+    if kind in ("judge", "sandbox", "model", "agent"):
+        return InfraError(kind, message, hint=hint)  # type: ignore[arg-type]
     if kind == "invalid_task":
         return InvalidTask(message, hint=hint)
     if kind in _CALL_ERRORS:

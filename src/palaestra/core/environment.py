@@ -63,6 +63,14 @@ class Environment:
         """The gold tool calls and final answer, when known. Used by the oracle and ``env check``."""
         return None
 
+    def dynamic_tool(self, state: Any, name: str, arguments: Any) -> Any:
+        """Tools not known until a task arrives (e.g. ``tool_call``'s per-task tools): called for a name
+        that is no ``@tool``. Validate ``arguments`` yourself; raise BadArguments or ToolError to answer."""
+        raise UnknownTool(
+            f"unknown tool '{name}' in environment '{self.name}'",
+            hint=f"available tools: {', '.join(sorted(self._tool_specs)) or '(none)'}",
+        )
+
     def close(self, state: Any) -> Any:
         """Free what ``seed`` allocated (files, connections, sandboxes)."""
         return None
@@ -90,10 +98,7 @@ class Environment:
     async def call_tool(self, state: Any, name: str, arguments: Any) -> Any:
         spec = self._tool_specs.get(name)
         if spec is None:
-            raise UnknownTool(
-                f"unknown tool '{name}' in environment '{self.name}'",
-                hint=f"available tools: {', '.join(sorted(self._tool_specs)) or '(none)'}",
-            )
+            return await maybe_await(self.dynamic_tool(state, name, arguments))
         args = spec.validate(arguments)
         method: Callable[..., Any] = getattr(self, spec.method_name)
         return await maybe_await(method(state, **args))

@@ -80,7 +80,7 @@ class RouterBackend:
             weights = r.weights or [1.0] * len(r.to)
             key = ctx.rollout_id or (ctx.task.id if ctx.task is not None else "")
             draw = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64 * sum(weights)
-            for name, w in zip(r.to, weights):  # noqa: B905 (lengths checked in parse_route)
+            for name, w in zip(r.to, weights):
                 if draw < w:
                     return name
                 draw -= w

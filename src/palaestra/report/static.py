@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from palaestra.report.charts import esc
 from palaestra.report.detail import rollout_detail
 from palaestra.report.index import JournalIndex
 from palaestra.report.overview import build_overview
@@ -26,11 +27,12 @@ DEFAULT_DETAIL_BYTES = 12_000_000
 
 
 def _priority(row: Row) -> int:
-    if row.effective and not row.is_pass:
-        return 0  # counted and not passed (failed, timed out or low reward): why it failed is the question
+    """Which transcripts a size-capped report keeps first: the ones people open to ask "why?"."""
     if not row.scored:
-        return 1  # a failed attempt that a retry replaced
-    return 2
+        return 0 if row.effective else 1  # an infrastructure failure (unrecovered first), then retried ones
+    if not row.is_pass:
+        return 2 if row.effective else 3  # scored but not passed
+    return 4
 
 
 def _details(index: JournalIndex, rows: list[Row], budget: int) -> tuple[dict[str, Any], int]:
@@ -65,11 +67,13 @@ def build_report(info: RunInfo, *, max_detail_bytes: int = DEFAULT_DETAIL_BYTES)
         "rows": json_rows,
         "tasks": sorted({r.task_id for r in rows}),
         "details": details,
+        "run_dir": str(info.run_dir),
     }
     note = ""
     if len(details) < len(rows):
-        note = (f'<p class="muted">Transcripts of {len(details)} of {len(rows)} rollouts are embedded (those that '
-                f"did not pass first); open the rest with <code>palaestra view {info.run_dir}</code>.</p>")
+        note = (f'<p class="muted">Transcripts of {len(details)} of {len(rows)} rollouts are embedded (failures '
+                "first, then rollouts that did not pass); open the rest with "
+                f"<code>palaestra view {esc(info.run_dir)}</code>.</p>")
     return render_page(title=info.title, overview_html=build_overview(rows, metrics, info.manifest),
                        data=data, extra_sections=note)
 

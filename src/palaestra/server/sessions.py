@@ -14,9 +14,9 @@ from typing import Any
 from palaestra.core.environment import Environment, maybe_await
 from palaestra.core.errors import (
     BadArguments,
+    InfraError,
     PalaestraError,
     SessionLimit,
-    ToolError,
     UnknownSession,
     UnknownTool,
     VerifierError,
@@ -97,8 +97,12 @@ class EnvironmentHost:
         return len(stale)
 
     async def close_all(self) -> None:
+        """Close every session, then the environment's own resources (judge clients, worker pools)."""
         for sid in list(self.sessions):
             await self.close(sid)
+        aclose = getattr(self.env, "aclose", None)
+        if aclose is not None:
+            await maybe_await(aclose())
 
     # ---- tools and verification ----------------------------------------------------------------
     async def call_tool(self, session_id: str, name: str, arguments: Any) -> ToolResult:
@@ -106,18 +110,17 @@ class EnvironmentHost:
         error, because the model caused them and can recover."""
         sess = self.get(session_id)
         spec = self.env.tool_specs().get(name)
-        if spec is None:
-            raise UnknownTool(
-                f"unknown tool '{name}' in environment '{self.env.name}'",
-                hint=f"available tools: {', '.join(sorted(self.env.tool_specs())) or '(none)'}",
-            )
-        args = spec.validate(arguments)
+        if spec is not None:
+            args = spec.validate(arguments)
+            run = lambda: getattr(self.env, spec.method_name)(sess.state, **args)  # noqa: E731
+        else:  # per-task tools; the hook validates, and raises UnknownTool for a name it does not know
+            run = lambda: self.env.dynamic_tool(sess.state, name, arguments)  # noqa: E731
         async with sess.lock:
             try:
-                output = await maybe_await(getattr(self.env, spec.method_name)(sess.state, **args))
-            except ToolError as exc:
-                return ToolResult(error=exc.to_dict())
-            except PalaestraError as exc:
+                output = await maybe_await(run())
+            except (UnknownTool, BadArguments):
+                raise
+            except PalaestraError as exc:  # ToolError and friends: the model reads them and recovers
                 return ToolResult(error=exc.to_dict())
             except Exception as exc:  # the tool's own bug or the model's bad input: show it, keep going
                 return ToolResult(
@@ -135,7 +138,7 @@ class EnvironmentHost:
     async def _verify(self, state: Any, trajectory: Trajectory) -> Verdict:
         try:
             verdict = await maybe_await(self.env.verify(state, trajectory))
-        except VerifierError:
+        except InfraError:  # a judge or sandbox failure keeps its kind: failed(judge), not failed(verifier)
             raise
         except Exception as exc:
             raise VerifierError(
@@ -156,14 +159,8 @@ class EnvironmentHost:
         state = await maybe_await(self.env.seed(task))
         try:
             for call in trajectory.tool_calls:
-                spec = self.env.tool_specs().get(call.name)
-                if spec is None:
-                    continue
                 try:
-                    args = spec.validate(call.arguments)
-                    await maybe_await(getattr(self.env, spec.method_name)(state, **args))
-                except (ToolError, BadArguments, UnknownTool, PalaestraError):
-                    continue
+                    await self.env.call_tool(state, call.name, call.arguments)
                 except Exception:  # replay mirrors the original run, where this error was shown to the model
                     continue
             return await self._verify(state, trajectory)

@@ -222,7 +222,7 @@
       const d = await fetchDetail(seq);
       if (d) renderDetail(d);
       else $("detail").replaceChildren(el("div", { cls: "empty", text: "Rollout #" + seq + " is not embedded in this static " +
-        "report (it keeps a size budget). Run `palaestra view RUN_DIR` to open every rollout." }));
+        "report (it keeps a size budget). Run `palaestra view " + (DATA.run_dir || "RUN_DIR") + "` to open every rollout." }));
     } catch (err) { $("detail").replaceChildren(el("div", { cls: "empty", text: "could not load rollout: " + err.message })); }
   }
 
