@@ -76,6 +76,13 @@ def make_backend(
 
         return make_local_backend(spec)
     url = spec.removeprefix("openai:")
+    if url.startswith(("http://", "https://")) and "," in url:
+        from palaestra.models.endpoints import EndpointPool, split_urls
+        from palaestra.models.openai_http import api_key_from_env
+
+        return EndpointPool(split_urls(url), model=model_name, api_key=api_key_from_env(api_key_env, api_key_file),
+                            timeout=timeout_s, max_concurrency=max_concurrency,
+                            extra_body=TOKEN_CAPTURE_FIELDS if capture_tokens else None)
     if url.startswith(("http://", "https://")):
         from palaestra.models.openai_http import OpenAIBackend, api_key_from_env
 

@@ -123,8 +123,15 @@ class BoxCgroups:
     paths: list[str] = field(default_factory=list)
 
     @classmethod
-    def plan(cls, box_id: str) -> BoxCgroups:
-        return cls([str(Path(h.base) / box_id) for h in hierarchies()])
+    def plan(cls, box_id: str, want: set[str] | frozenset[str] = frozenset({"memory", "pids", "cpu"})) -> BoxCgroups:
+        """Only the hierarchies whose controllers a limit needs: joining each one costs the child a
+        cgroup migration (an RCU grace period) on every exec. With no limit wanted, one hierarchy
+        (v2 first, for ``cgroup.kill``) still tracks the tree so it can be killed."""
+        hs = hierarchies()
+        chosen = [h for h in hs if h.controllers & want]
+        if not chosen and hs:
+            chosen = [hs[0]]
+        return cls([str(Path(h.base) / box_id) for h in chosen])
 
     def create(self, *, memory_mb: int | None, pids: int | None, cpus: float | None) -> None:
         for path in self.paths:

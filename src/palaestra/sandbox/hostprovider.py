@@ -46,6 +46,10 @@ def world_traversable(path: str) -> bool:
         cur = os.path.dirname(cur)
 
 
+def _wanted(spec: SandboxSpec) -> set[str]:
+    return {c for c, v in (("memory", spec.memory_mb), ("pids", spec.pids), ("cpu", spec.cpus)) if v}
+
+
 class HostProvider(SandboxProvider):
     box_class: ClassVar[type[HostSandbox]] = HostSandbox
     dedicated_uid: ClassVar[bool] = True    # use one when root
@@ -78,7 +82,7 @@ class HostProvider(SandboxProvider):
             "id": box_id, "provider": self.name, "state": "creating", "created": now,
             "expires_at": now + spec.lifetime_s if spec.lifetime_s else None,
             "labels": dict(spec.labels), "box_dir": str(self.registry.boxes_dir / box_id),
-            "uid": None, "cgroups": cg.BoxCgroups.plan(box_id).paths if self.use_cgroups else [],
+            "uid": None, "cgroups": cg.BoxCgroups.plan(box_id, _wanted(spec)).paths if self.use_cgroups else [],
             "mount": False, **owner_fields(),
         }
         if self.root_mode:
