@@ -7,7 +7,7 @@ import asyncio
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,9 +122,24 @@ class Collector:
                         await self._one(task, repeat, first, journal)
 
                 n = min(self.cfg.concurrency, len(pending)) or 1
-                await asyncio.gather(*(worker() for _ in range(n)))
+                await run_all_or_none([worker() for _ in range(n)])
         finally:
             await self._teardown()
+
+
+async def run_all_or_none(coros: list[Coroutine[Any, Any, None]]) -> None:
+    """Run the workers; the first one that fails (a full disk, say) stops them all, so the run ends
+    cleanly with that error instead of limping on with rollouts it can no longer record."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for t in done:
+            if t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def plan(tasks: list[Task], repeats: int, records: list[dict[str, Any]], max_attempts: int
