@@ -32,19 +32,24 @@ PROVIDERS = ["local", "process", "docker", "apptainer"]
 
 
 @pytest.fixture(scope="session")
-def docker_image() -> Iterator[str]:
+def docker_daemon() -> Iterator[Daemon]:
     daemon = Daemon()
-    if not daemon.start():
-        pytest.skip(f"docker: no engine can start here ({daemon.reason})")
-    try:
-        image = ensure_image()
-    except Exception as exc:
-        daemon.stop()
-        pytest.skip(f"docker: test image could not be imported ({exc})")
-    yield image
+    yield daemon
     with contextlib.suppress(Exception):
         get_provider("docker").cleanup(include_live=True)
     daemon.stop()
+
+
+@pytest.fixture
+def docker_image(docker_daemon: Daemon) -> str:
+    """The engine is checked before every docker test: on a shared machine another test run may have
+    stopped a daemon it had started; then ours starts one again."""
+    if not docker_daemon.start():
+        pytest.skip(f"docker: no engine can start here ({docker_daemon.reason})")
+    try:
+        return ensure_image()
+    except Exception as exc:
+        pytest.skip(f"docker: test image could not be imported ({exc})")
 
 
 @dataclass

@@ -91,6 +91,8 @@ class Daemon:
     def start(self, timeout: float = 30.0) -> bool:
         if docker_ok():
             return True
+        if self.proc is not None:
+            self.stop()
         dockerd = shutil.which("dockerd")
         if not dockerd or not shutil.which("docker"):
             self.reason = "docker.io is not installed (run .ci/setup-sandbox.sh)"

@@ -28,6 +28,7 @@ from palaestra.core.errors import (
 )
 from palaestra.core.records import Task, Trajectory
 from palaestra.server.http import JSON, error_response, from_exception, read_json
+from palaestra.server.openapi import openapi_document
 from palaestra.server.sessions import EnvironmentHost
 
 _STATUS = {
@@ -126,6 +127,9 @@ def create_env_app(host: EnvironmentHost | Environment, *, reap_interval_s: floa
     async def info(request: Request) -> Response:
         return JSON(h.env.info())
 
+    async def openapi(request: Request) -> Response:
+        return JSON(openapi_document(h.env.name, h.env.version))
+
     async def healthz(request: Request) -> Response:
         return JSON({"status": "ok", "env": h.env.name, "sessions": len(h.sessions), "closed": h.closed_total})
 
@@ -152,6 +156,7 @@ def create_env_app(host: EnvironmentHost | Environment, *, reap_interval_s: floa
         Route("/reference", _guard(reference), methods=["POST"]),
         Route("/info", _guard(info), methods=["GET"]),
         Route("/healthz", _guard(healthz), methods=["GET"]),
+        Route("/openapi.json", _guard(openapi), methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.host = h
