@@ -14,7 +14,8 @@ from palaestra.envs.terminal.env import Terminal
 from palaestra.envs.terminal.taskdir import load_task_dir
 
 
-def make_taskdir(root: Path, test: str, workspace: dict[str, str] | None = None, **extra: str) -> Path:
+def make_taskdir(root: Path, test: str, workspace: dict[str, str] | None = None,
+                 extra: dict[str, str] | None = None) -> Path:
     (root / "tests").mkdir(parents=True)
     (root / "instruction.md").write_text("Create done.txt containing 'yes'.\n")
     (root / "tests" / "test.sh").write_text(test)
@@ -22,7 +23,7 @@ def make_taskdir(root: Path, test: str, workspace: dict[str, str] | None = None,
         p = root / "workspace" / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
-    for rel, text in extra.items():
+    for rel, text in (extra or {}).items():
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
@@ -32,7 +33,10 @@ def make_taskdir(root: Path, test: str, workspace: dict[str, str] | None = None,
 DONE_TEST = "#!/bin/sh\n[ \"$(cat done.txt)\" = yes ]\n"
 
 
-async def solve(env: Terminal, task: Task, calls: list[tuple[str, dict[str, object]]]) -> tuple[float, dict[str, object]]:
+Calls = list[tuple[str, dict[str, object]]]
+
+
+async def solve(env: Terminal, task: Task, calls: Calls) -> tuple[float, dict[str, object]]:
     state = await env.seed(task)
     try:
         for name, args in calls:
@@ -46,7 +50,7 @@ async def solve(env: Terminal, task: Task, calls: list[tuple[str, dict[str, obje
 async def test_tampering_with_tests_changes_nothing(tmp_path: Path) -> None:
     env = Terminal()
     task = Task(id="t", env="terminal", metadata={"task_dir": str(make_taskdir(tmp_path / "t", DONE_TEST))})
-    cheats = [
+    cheats: Calls = [
         ("write_file", {"path": "tests/test.sh", "content": "exit 0\n"}),
         ("run", {"cmd": "mkdir -p /tmp/palaestra-tests && printf 'exit 0\\n' > /tmp/palaestra-tests/test.sh"}),
         ("run", {"cmd": "mkdir -p /tmp/palaestra-logs && echo 1 > /tmp/palaestra-logs/reward.txt"}),
@@ -78,7 +82,7 @@ async def test_reward_file_and_timeouts(tmp_path: Path) -> None:
     assert reward == 0.25 and meta["reward_file"] == "0.25"
 
     toml = "[verifier]\ntimeout_sec = 1\n"
-    slow = make_taskdir(tmp_path / "slow", "#!/bin/sh\nsleep 30\n", **{"task.toml": toml})
+    slow = make_taskdir(tmp_path / "slow", "#!/bin/sh\nsleep 30\n", extra={"task.toml": toml})
     task = Task(id="slow", env="terminal", metadata={"task_dir": str(slow)})
     reward, meta = await solve(env, task, [])
     assert reward == 0.0 and str(meta["sandbox_failure"]).startswith("timeout")
@@ -108,10 +112,10 @@ async def test_tools(tmp_path: Path) -> None:
 
 
 def test_harbor_layout_with_solve_sh(tmp_path: Path) -> None:
-    root = make_taskdir(tmp_path / "h", DONE_TEST, **{"environment/Dockerfile": "FROM scratch\n",
-                                                    "environment/data.txt": "d\n",
-                                                    "solution/solve.sh": "echo yes > done.txt\n",
-                                                    "task.toml": "[agent]\ntimeout_sec = 42\n"})
+    root = make_taskdir(tmp_path / "h", DONE_TEST, extra={"environment/Dockerfile": "FROM scratch\n",
+                                                          "environment/data.txt": "d\n",
+                                                          "solution/solve.sh": "echo yes > done.txt\n",
+                                                          "task.toml": "[agent]\ntimeout_sec = 42\n"})
     td = load_task_dir(root)
     assert td.workspace == {"data.txt": b"d\n"} and td.agent_timeout_s == 42
     assert td.reference == {"tool_calls": [{"name": "run", "arguments": {"cmd": "echo yes > done.txt\n"}}],

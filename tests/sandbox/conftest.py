@@ -22,11 +22,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from rootfs import Daemon, ensure_image  # noqa: E402
+from rootfs import Daemon, ensure_image
 
-from palaestra.sandbox import SandboxSpec, available_providers, get_provider  # noqa: E402
-from palaestra.sandbox.base import SandboxProvider  # noqa: E402
-from palaestra.sandbox.registry import Registry, owner_fields  # noqa: E402
+from palaestra.sandbox import SandboxSpec, available_providers, get_provider
+from palaestra.sandbox.base import SandboxProvider
+from palaestra.sandbox.registry import Registry, owner_fields
 
 PROVIDERS = ["local", "process", "docker", "apptainer"]
 
@@ -198,8 +198,9 @@ def own_leftovers() -> list[str]:
     found = [f"record {r['id']}" for r in reg.records() if r.get("owner_pid") == me]
     found += [f"uid {u}" for u, c in reg.uid_claims() if c.get("owner_pid") == me]
     if shutil.which("docker"):
-        ps = subprocess.run(["docker", "ps", "-a", "--filter", f"label=palaestra.owner={me}:{owner_fields()['owner_start']}",
-                             "--format", "{{.Names}}"], capture_output=True, text=True)
+        owner = f"label=palaestra.owner={me}:{owner_fields()['owner_start']}"
+        ps = subprocess.run(["docker", "ps", "-a", "--filter", owner, "--format", "{{.Names}}"],
+                            capture_output=True, text=True)
         found += [f"container {n}" for n in ps.stdout.split()]
     return found
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
 import pytest
 from conftest import Target
@@ -68,6 +67,15 @@ async def test_missing_command_is_the_programs_failure(target: Target) -> None:
 HOST = ["local", "process"]
 
 
+def _read(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
 @pytest.mark.parametrize("name", HOST)
 async def test_symlinks_planted_by_the_sandbox_are_never_followed(name: str) -> None:
     provider = get_provider(name)
@@ -79,13 +87,13 @@ async def test_symlinks_planted_by_the_sandbox_are_never_followed(name: str) -> 
             await box.download("linkdir/passwd")
         with pytest.raises(ValueError, match="regular"):
             await asyncio.wait_for(box.download("fifo"), 5)
-        before = open("/etc/passwd", "rb").read()
+        before = _read("/etc/passwd")
         await box.upload("leak", "replaced")  # replaces the link, never writes through it
-        assert open("/etc/passwd", "rb").read() == before
+        assert _read("/etc/passwd") == before
         assert await box.download("leak") == b"replaced"
         with pytest.raises(ValueError):
             await box.upload("linkdir/evil", "x")
-        assert not os.path.exists("/etc/evil")
+        assert not _exists("/etc/evil")
         for bad in ("../escape", "/etc/hosts", "a/../../b"):
             with pytest.raises(ValueError):
                 await box.upload(bad, "x")
@@ -133,7 +141,7 @@ async def test_seccomp_and_namespaces_inside_local() -> None:
 
 async def test_landlock_confines_the_process_provider(tmp_path: object) -> None:
     provider = get_provider("process")
-    readable = "/work/main/pyproject.toml" if os.path.exists("/work/main/pyproject.toml") else __file__
+    readable = "/work/main/pyproject.toml" if _exists("/work/main/pyproject.toml") else __file__
     async with await provider.create(SandboxSpec()) as box:
         r = await box.exec(["/bin/sh", "-c", f"cat {readable} >/dev/null && echo READ; echo ok > f && cat f"])
         assert "READ" not in r.stdout and "ok" in r.stdout, r
@@ -160,7 +168,7 @@ async def test_lifetime_is_enforced() -> None:
     provider = get_provider("local")
     async with await provider.create(SandboxSpec(lifetime_s=0.3)) as box:
         assert (await box.exec(["true"])).ok
-        time.sleep(0.4)
+        await asyncio.sleep(0.4)
         assert (await box.status()).state == "expired"
         with pytest.raises(SandboxError, match="lifetime"):
             await box.exec(["true"])

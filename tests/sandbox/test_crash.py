@@ -45,6 +45,14 @@ asyncio.run(main())
 """
 
 
+def _traces(info: dict[str, object]) -> list[str]:
+    found = [str(cg) for cg in info["cgroups"] if os.path.exists(str(cg))]  # type: ignore[attr-defined]
+    box_dir = info["box_dir"]
+    if box_dir and (os.path.lexists(str(box_dir)) or os.path.ismount(str(box_dir))):
+        found.append(str(box_dir))
+    return found
+
+
 def _containers(name: str) -> list[str]:
     out = subprocess.run(["docker", "ps", "-a", "--filter", f"name={name}", "--format", "{{.Names}}"],
                          capture_output=True, text=True)
@@ -82,11 +90,7 @@ async def test_runtime_killed_mid_exec_then_cleanup(target: Target, tmp_path: Pa
         await asyncio.sleep(0.05)
     assert not procs_with(marker), f"processes survived the reaper ({survivors} were alive after the kill)"
     assert not record_path.exists()
-    if info["box_dir"]:
-        assert not os.path.lexists(info["box_dir"])
-        assert not os.path.ismount(info["box_dir"])
-    for cg in info["cgroups"]:
-        assert not os.path.exists(cg), f"cgroup left: {cg}"
+    assert not _traces(info), "leftovers on the host"
     if info["uid"] is not None:
         assert not (registry.uids_dir / str(info["uid"])).exists()
         from palaestra.sandbox.registry import pids_of_uid
@@ -112,17 +116,19 @@ async def test_cleanup_spares_live_sandboxes(name: str) -> None:
 async def test_registered_before_anything_exists(monkeypatch: pytest.MonkeyPatch) -> None:
     """The record is on disk when the first resource is made, and a failed creation leaves nothing."""
     from palaestra.sandbox import SandboxError, SandboxSpec, get_provider
+    from palaestra.sandbox.local import LocalProvider
 
     provider = get_provider("local")
+    assert isinstance(provider, LocalProvider)
     seen: list[bool] = []
-    original = type(provider)._materialize
+    original = LocalProvider._materialize
 
     def spy(self: object, record: dict[str, object], spec: SandboxSpec) -> None:
         seen.append((Registry().records_dir / f"{record['id']}.json").exists())
-        original(self, record, spec)  # type: ignore[arg-type]
+        original(provider, record, spec)
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(type(provider), "_materialize", spy)
+    monkeypatch.setattr(LocalProvider, "_materialize", spy)
     before = {r["id"] for r in Registry().records()}
     with pytest.raises(SandboxError, match="disk on fire"):
         await provider.create(SandboxSpec(labels={"run_id": "fail"}))

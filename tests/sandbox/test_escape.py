@@ -88,6 +88,24 @@ async def gone(marker: str, within: float = 3.0) -> bool:
     return False
 
 
+def _remove_existing(paths: list[str]) -> list[str]:
+    leaked = [p for p in paths if os.path.exists(p)]
+    for p in leaked:
+        os.unlink(p)
+    return leaked
+
+
+def _plant_secrets(nonce: str) -> tuple[Path, Path, str]:
+    """A world-readable canary under /root, a second file whose name only `ls` could reveal, and the
+    first line of /etc/shadow."""
+    canary = Path(f"/root/pc-{nonce}")
+    unlisted = Path(f"/root/pl-{nonce[::-1]}")
+    canary.write_text(f"SECRET-{nonce}\n")
+    canary.chmod(0o644)
+    unlisted.touch()
+    return canary, unlisted, Path("/etc/shadow").read_text().splitlines()[0]
+
+
 Attempt = Callable[[Target, Sandbox], Awaitable[tuple[bool, str]]]
 
 
@@ -104,24 +122,17 @@ def attempts(loopback: Listener, netns: Netns | None, nonce: str) -> dict[str, t
         return netns.hits() == before and "CONNECTED" not in r.stdout, r.stdout.strip()
 
     async def write_outside(t: Target, box: Sandbox) -> tuple[bool, str]:
-        parent = os.path.dirname(box.resolve("."))
+        parent = box.resolve(".").rstrip("/").rpartition("/")[0] or "/"
         paths = [f"/etc/pe-{nonce}", f"/tmp/pe-{nonce}", f"/root/pe-{nonce}", f"/usr/pe-{nonce}",
                  f"{parent}/pe-{nonce}", f"/run/pe-{nonce}"]
         script = "; ".join(f"echo pwned > {p} 2>/dev/null" for p in paths)
         await box.exec(["/bin/sh", "-c", script + "; exit 0"], timeout=10)
-        leaked = [p for p in paths if os.path.exists(p)]
-        for p in leaked:
-            os.unlink(p)
+        leaked = _remove_existing(paths)
         return not leaked, f"host files written: {leaked}" if leaked else "nothing written outside"
 
     async def read_secrets(t: Target, box: Sandbox) -> tuple[bool, str]:
-        canary = Path(f"/root/pc-{nonce}")
-        unlisted = Path(f"/root/pl-{nonce[::-1]}")  # a name the command never mentions: only `ls` can show it
-        canary.write_text(f"SECRET-{nonce}\n")
-        canary.chmod(0o644)
-        unlisted.touch()
+        canary, unlisted, shadow = _plant_secrets(nonce)
         try:
-            shadow = Path("/etc/shadow").read_text().splitlines()[0]
             r = await box.exec(["/bin/sh", "-c", f"cat /etc/shadow; ls -a /root; cat {canary}; exit 0"], timeout=10)
         finally:
             canary.unlink()

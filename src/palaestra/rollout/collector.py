@@ -165,19 +165,27 @@ def expected_counts(tasks: list[Task], repeats: int) -> dict[tuple[str, str], in
     return {(t.env, t.id): repeats for t in tasks}
 
 
-def env_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each environment's own metrics hook, over its valid journal records."""
-    by_env: dict[str, list[Rollout]] = {}
+def parse_records(records: list[dict[str, Any]]) -> list[Rollout | dict[str, Any]]:
+    """Journal dicts → Rollouts, once; an invalid one stays a dict so compute_metrics can report it."""
+    out: list[Rollout | dict[str, Any]] = []
     for r in records:
         try:
-            rollout = Rollout.model_validate(r)
+            out.append(Rollout.model_validate(r))
         except ValueError:
-            continue  # compute_metrics already lists invalid records
-        by_env.setdefault(rollout.env, []).append(rollout)
+            out.append(r)
+    return out
+
+
+def env_metrics(rollouts: list[Rollout | dict[str, Any]]) -> dict[str, Any]:
+    """Each environment's own metrics hook, over its valid journal records."""
+    by_env: dict[str, list[Rollout]] = {}
+    for r in rollouts:
+        if isinstance(r, Rollout):
+            by_env.setdefault(r.env, []).append(r)
     out: dict[str, Any] = {}
-    for name, rollouts in sorted(by_env.items()):
+    for name, env_rollouts in sorted(by_env.items()):
         try:
-            extra = load_env_class(name)().metrics(rollouts)
+            extra = load_env_class(name)().metrics(env_rollouts)
         except Exception as exc:  # a buggy hook must not cost the run its metrics
             extra = {"error": f"{type(exc).__name__}: {exc}"}
         if extra:
@@ -188,9 +196,10 @@ def env_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
 def write_metrics(run_dir: Path, tasks: list[Task], repeats: int,
                   prices: dict[str, float] | None = None) -> dict[str, Any]:
     records, problems = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
-    metrics = compute_metrics(records, expected_counts(tasks, repeats))
+    parsed = parse_records(records)
+    metrics = compute_metrics(parsed, expected_counts(tasks, repeats))
     metrics["model_usage"] = model_usage(records, prices)
-    hooks = env_metrics(records)
+    hooks = env_metrics(parsed)
     if hooks:
         metrics["env_metrics"] = hooks
     if problems:

@@ -93,7 +93,12 @@ class LocalSandbox(HostSandbox):
         if self._has_sh:
             # One byte on a private pipe once bwrap finished its setup: without it, a failure is bwrap's own.
             # (dash redirects only fds 0-9, hence /proc/self/fd.)
-            cmd += ["/bin/sh", "-c", f'printf . >/proc/self/fd/{ready_w} && exec "$@"', "sh"]
+            script = f'printf . >/proc/self/fd/{ready_w} && exec "$@"'
+            if spec.pids and self.uid is None and not self.cgroups.has("pids"):
+                # No pids cgroup, no dedicated uid (a laptop): RLIMIT_NPROC set *inside* the user namespace
+                # counts only this sandbox's processes, so a fork bomb stops there.
+                script = f"ulimit -p {spec.pids} 2>/dev/null || ulimit -u {spec.pids} 2>/dev/null; {script}"
+            cmd += ["/bin/sh", "-c", script, "sh"]
         return [*cmd, *argv], fds, {"PATH": "/usr/bin:/bin"}
 
     @property

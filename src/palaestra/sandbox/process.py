@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import sys
 import warnings
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from palaestra.sandbox.cgroups import features as cgroup_features
 from palaestra.sandbox.hostbox import Command, HostSandbox
 from palaestra.sandbox.hostprovider import HostProvider, world_traversable
 from palaestra.sandbox.oslevel import IS_LINUX, ChildSetup, base_rlimits
+from palaestra.sandbox.registry import threads_of_uid
 
 log = logging.getLogger("palaestra.sandbox")
 
@@ -76,6 +78,9 @@ class ProcessSandbox(HostSandbox):
     def child_setup(self) -> ChildSetup:
         setup = super().child_setup()
         setup.extra = self._hardening()
+        if self.spec.pids and self.uid is None and not self.cgroups.has("pids"):
+            # RLIMIT_NPROC counts every thread of the real uid: allow what runs now plus the box's share.
+            setup.rlimits += ((resource.RLIMIT_NPROC, threads_of_uid(os.getuid()) + self.spec.pids),)
         return setup
 
     async def close(self) -> None:
@@ -131,7 +136,8 @@ class ProcessProvider(HostProvider):
                             "environment can survive a timeout")
         if "pids" not in feats:
             gaps.append("no pids cgroup: a fork bomb is bounded only by RLIMIT_NPROC" if self.root_mode
-                        else "no pids cgroup and no dedicated uid: fork bombs are NOT bounded")
+                        else "no pids cgroup and no dedicated uid: a fork bomb is bounded only by RLIMIT_NPROC "
+                             "over all of your processes")
         if "memory" not in feats:
             gaps.append("no memory cgroup: memory is bounded per process by RLIMIT_AS only")
         return gaps

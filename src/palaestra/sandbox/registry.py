@@ -237,5 +237,16 @@ def pids_of_uid(uid: int) -> list[int]:
     return out
 
 
+def threads_of_uid(uid: int) -> int:
+    """What RLIMIT_NPROC counts for ``uid``: every thread, zombies included (they count until reaped)."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit() and proc_uids(name)[:1] == (uid,):
+                with contextlib.suppress(OSError):
+                    total += max(1, len(os.listdir(f"/proc/{name}/task")))
+    return total
+
+
 def new_box_id(prefix: str) -> str:
     return f"{prefix}-{int(time.time()):x}-{os.urandom(5).hex()}"

@@ -1,0 +1,33 @@
+"""External coding-agent CLIs as harnesses: a generic runner (``ExternalCLIAgent``) and one adapter per
+CLI. Each run is jailed in its own network namespace whose only way out is this rollout's model
+endpoint; see ``runner.py`` for the flow and ``netns.py`` for the jail."""
+
+from __future__ import annotations
+
+from palaestra.agents.external.adapter import CLIAdapter, LaunchContext
+from palaestra.agents.external.claude_code import ClaudeCodeAdapter
+from palaestra.agents.external.codex import CodexAdapter
+from palaestra.agents.external.mini_swe_agent import MiniSweAgentAdapter
+from palaestra.agents.external.runner import ExternalCLIAgent
+
+ADAPTERS: dict[str, type[CLIAdapter]] = {
+    "codex": CodexAdapter,
+    "claude-code": ClaudeCodeAdapter,
+    "mini-swe-agent": MiniSweAgentAdapter,
+}
+
+
+def codex_agent(max_steps: int = 16) -> ExternalCLIAgent:
+    return ExternalCLIAgent(CodexAdapter(), max_steps=max_steps)
+
+
+def claude_code_agent(max_steps: int = 16) -> ExternalCLIAgent:
+    return ExternalCLIAgent(ClaudeCodeAdapter(), max_steps=max_steps)
+
+
+def mini_swe_agent(max_steps: int = 16) -> ExternalCLIAgent:
+    return ExternalCLIAgent(MiniSweAgentAdapter(), max_steps=max_steps)
+
+
+__all__ = ["ADAPTERS", "CLIAdapter", "ClaudeCodeAdapter", "CodexAdapter", "ExternalCLIAgent", "LaunchContext",
+           "MiniSweAgentAdapter", "claude_code_agent", "codex_agent", "mini_swe_agent"]

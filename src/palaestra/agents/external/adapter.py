@@ -1,0 +1,102 @@
+"""What one coding-agent CLI needs to say to the generic runner: how to find it, its dialect, its command
+line and environment for a run, and (optionally) where it left its final message.
+
+Executables are looked up in this order: ``$PALAESTRA_<NAME>_BIN``; the agents directory
+(``$PALAESTRA_AGENTS_DIR``, default ``/opt/palaestra-agents``, where ``.ci/setup-agents.sh`` installs
+npm packages under ``npm/`` and PyPI ones in their own virtual environments); then ``$PATH``.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from palaestra.core.errors import AgentError
+from palaestra.server.model_proxy import Api
+
+DEFAULT_AGENTS_DIR = "/opt/palaestra-agents"
+SETUP_HINT = "install it with `bash .ci/setup-agents.sh` (npm and PyPI), or point {var} at the executable"
+
+
+def agents_dir() -> Path:
+    return Path(os.environ.get("PALAESTRA_AGENTS_DIR") or DEFAULT_AGENTS_DIR)
+
+
+@dataclass
+class LaunchContext:
+    """One run of a CLI. ``base_url`` is the model endpoint as the CLI sees it from inside its
+    namespace, without the ``/v1`` suffix (adapters add what their SDK expects)."""
+
+    workdir: Path
+    home: Path
+    base_url: str
+    prompt: str
+    model: str
+    max_steps: int
+    executable: str
+    api_key: str = "palaestra-no-key"  # the proxy needs none; CLIs refuse to start without one
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def openai_base(self) -> str:
+        return self.base_url + "/v1"
+
+
+class CLIAdapter(abc.ABC):
+    """One coding-agent CLI. Subclasses set ``name``, ``dialect``, ``executable`` and the places under the
+    agents directory where it is installed, and build the command line."""
+
+    name: str = ""
+    dialect: Api = "chat"
+    executable: str = ""
+    install_paths: tuple[str, ...] = ()  # relative to the agents directory
+    package: str = ""  # what to install, for error messages
+
+    @property
+    def env_var(self) -> str:
+        return "PALAESTRA_" + self.name.upper().replace("-", "_") + "_BIN"
+
+    def locate(self) -> str:
+        """The executable's path, or an AgentError saying how to install it."""
+        override = os.environ.get(self.env_var)
+        if override:
+            if not os.access(override, os.X_OK):
+                raise AgentError(f"{self.env_var}={override} is not an executable file",
+                                 hint=f"point {self.env_var} at the {self.package} executable")
+            return override
+        base = agents_dir()
+        for rel in self.install_paths:
+            candidate = base / rel
+            if os.access(candidate, os.X_OK) and candidate.is_file():
+                return str(candidate)
+        found = shutil.which(self.executable)
+        if found:
+            return found
+        raise AgentError(f"agent '{self.name}' needs the `{self.executable}` CLI ({self.package}), which is not "
+                         f"installed (looked in ${self.env_var}, {base} and $PATH)",
+                         hint=SETUP_HINT.format(var=self.env_var))
+
+    def available(self) -> bool:
+        try:
+            self.locate()
+        except AgentError:
+            return False
+        return True
+
+    def prepare(self, ctx: LaunchContext) -> None:
+        """Write config files into ``ctx.home`` before the run (telemetry off, provider set)."""
+
+    @abc.abstractmethod
+    def command(self, ctx: LaunchContext) -> list[str]:
+        """The argv that runs one non-interactive task in ``ctx.workdir``."""
+
+    def environment(self, ctx: LaunchContext) -> dict[str, str]:
+        """Variables the CLI needs on top of the runner's minimal environment."""
+        return {}
+
+    def final_message(self, ctx: LaunchContext, stdout: str) -> str | None:
+        """The CLI's own account of its last message, when the captured calls do not give one."""
+        return None

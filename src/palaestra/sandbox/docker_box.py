@@ -1,0 +1,194 @@
+"""The container side of the ``docker``/``podman`` provider: one ``DockerSandbox`` per container,
+every operation an ``exec`` through the CLI (so a remote or rootless engine works the same), files
+moving as ``cat``/``tar`` streams, and each exec wrapped so that nothing it started outlives it."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import posixpath
+import tarfile
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from palaestra.sandbox.base import Sandbox
+from palaestra.sandbox.capture import Captured, decode, run_captured
+from palaestra.sandbox.cgroups import BoxCgroups
+from palaestra.sandbox.oslevel import killpg
+from palaestra.sandbox.types import ExecResult, SandboxError, SandboxSpec, SandboxStatus, as_bytes, merge_env
+
+if TYPE_CHECKING:
+    from palaestra.sandbox.docker import DockerProvider
+
+_WRAP = '"$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
+
+
+async def cli(binary: str, *args: str, stdin: bytes | None = None, timeout: float = 60.0,
+              cap: int = 1 << 20) -> Captured:
+    async def kill(pid: int) -> None:
+        killpg(pid)
+
+    return await run_captured([binary, *args], timeout=timeout, cap=cap, kill_at=max(cap, 1 << 26) + 1,
+                              kill_tree=kill, stdin=stdin, env=dict(os.environ))
+
+
+def _container_cgroups(full_id: str) -> BoxCgroups:
+    base = "/sys/fs/cgroup"
+    return BoxCgroups([p for p in (f"{base}/memory/docker/{full_id}", f"{base}/pids/docker/{full_id}",
+                                   f"{base}/system.slice/docker-{full_id}.scope", f"{base}/docker/{full_id}",
+                                   f"{base}/memory/system.slice/docker-{full_id}.scope") if os.path.isdir(p)])
+
+
+class DockerSandbox(Sandbox):
+    def __init__(self, provider: DockerProvider, spec: SandboxSpec, record: dict[str, Any], full_id: str) -> None:
+        self.provider = provider
+        self.spec = spec
+        self.record = record
+        self.id = str(record["id"])
+        self.name = str(record["container"])
+        self.full_id = full_id
+        self.created = float(record["created"])
+        self._closed = False
+        self._execs = 0
+        self._lock = asyncio.Lock()
+        self._cg = _container_cgroups(full_id)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError(f"sandbox {self.id} is closed", hint="create a new sandbox")
+
+    async def _raw_exec(self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float = 60.0,
+                        cap: int = 1 << 20, user: str | None = None, cwd: str | None = None) -> Captured:
+        args = ["exec"] + (["-i"] if stdin is not None else []) + ["-u", user or self.provider.user]
+        if cwd:
+            args += ["-w", cwd]
+        return await cli(self.provider.binary, *args, self.name, *argv, stdin=stdin, timeout=timeout, cap=cap)
+
+    async def exec(self, argv: Sequence[str], *, timeout: float = 30.0, stdin: bytes | None = None,
+                   env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
+        argv = [str(a) for a in argv]
+        if not argv or any("\0" in a for a in argv):
+            raise ValueError("argv must be a non-empty list of strings without NUL bytes")
+        self._check_open()
+        async with self._lock:
+            full_env = merge_env({"HOME": self.spec.workdir, "TMPDIR": "/tmp", "PALAESTRA_SANDBOX_ID": self.id},
+                                 self.spec.env, env)
+            args = ["exec"] + (["-i"] if stdin is not None else []) + ["-u", self.provider.user,
+                                                                       "-w", self.inner_path(cwd or ".")]
+            for key, value in full_env.items():
+                args += ["-e", f"{key}={value}"]
+            args += [self.name, "/bin/sh", "-c", _WRAP, "sh", *argv]
+            before = self._cg.counters()
+
+            async def kill_tree(pid: int) -> None:
+                await self._kill_all()
+                killpg(pid)
+
+            cap = await run_captured([self.provider.binary, *args], timeout=timeout, cap=self.spec.output_cap_bytes,
+                                     kill_at=self.spec.output_kill_bytes, kill_tree=kill_tree, stdin=stdin,
+                                     env=dict(os.environ))
+            self._execs += 1
+            if cap.returncode in (125, 126, 127) and not cap.timed_out and b"Error" in cap.stderr[:400]:
+                state = await self._state()
+                if state != "running":
+                    raise SandboxError(f"container {self.name} is {state}: {decode(cap.stderr).strip()[:300]}")
+            after = self._cg.counters()
+            failure: Any = None
+            detail = ""
+            if cap.timed_out:
+                failure, detail = "timeout", f"killed after {timeout:g} s"
+            elif cap.output_limit:
+                failure, detail = "limit", f"output over {self.spec.output_kill_bytes} bytes"
+            elif cap.returncode != 0 and (after["oom"] > before["oom"] or (
+                    cap.returncode == 137 and not self._cg.paths and self.spec.memory_mb)):
+                failure, detail = "oom", f"memory limit {self.spec.memory_mb} MB"
+            elif cap.returncode != 0 and after["pids"] > before["pids"]:
+                failure, detail = "limit", f"process limit {self.spec.pids}"
+            return ExecResult(exit_code=cap.returncode, stdout=decode(cap.stdout), stderr=decode(cap.stderr),
+                              stdout_truncated=cap.stdout_total > len(cap.stdout),
+                              stderr_truncated=cap.stderr_total > len(cap.stderr), duration_s=cap.duration_s,
+                              failure=failure, detail=detail, signal=cap.signal)
+
+    async def _kill_all(self) -> None:
+        await self._raw_exec(["/bin/sh", "-c", "kill -9 -1 2>/dev/null; exit 0"], timeout=15)
+
+    async def _state(self) -> str:
+        cap = await cli(self.provider.binary, "inspect", "-f", "{{.State.Status}}", self.name, timeout=15)
+        return decode(cap.stdout).strip() or "missing"
+
+    async def upload(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None:
+        self._check_open()
+        inner = self.inner_path(path)
+        script = 'mkdir -p -- "$(dirname -- "$1")" && rm -f -- "$1" && cat > "$1" && chmod "$2" -- "$1"'
+        cap = await self._raw_exec(["/bin/sh", "-c", script, "sh", inner, f"{mode:o}"], stdin=as_bytes(data))
+        if cap.returncode != 0:
+            raise ValueError(f"cannot write '{path}' in the sandbox: {decode(cap.stderr).strip()[:300]}")
+
+    async def download(self, path: str, *, max_bytes: int = 64 << 20) -> bytes:
+        self._check_open()
+        cap = await self._raw_exec(["cat", "--", self.inner_path(path)], cap=max_bytes + 1)
+        if cap.returncode != 0:
+            raise ValueError(f"cannot read '{path}' in the sandbox: {decode(cap.stderr).strip()[:300]}")
+        if cap.stdout_total > max_bytes:
+            raise ValueError(f"'{path}' is over the {max_bytes}-byte limit")
+        return cap.stdout
+
+    async def download_tar(self, path: str = ".", *, max_bytes: int = 64 << 20, max_files: int = 10_000) -> bytes:
+        self._check_open()
+        cap = await self._raw_exec(["tar", "-C", self.inner_path(path), "-cf", "-", "."], cap=2 * max_bytes + (1 << 20))
+        if cap.returncode != 0:
+            raise ValueError(f"cannot archive '{path}' in the sandbox: {decode(cap.stderr).strip()[:300]}")
+        if cap.stdout_total > 2 * max_bytes:
+            raise ValueError(f"'{path}' holds more than {max_bytes} bytes")
+        return cap.stdout
+
+    async def upload_tar(self, data: bytes, path: str = ".") -> None:
+        self._check_open()
+        inner = self.inner_path(path)
+        cap = await self._raw_exec(["/bin/sh", "-c", 'mkdir -p -- "$1" && tar -C "$1" -xf -', "sh", inner], stdin=data)
+        if cap.returncode != 0:
+            raise ValueError(f"cannot unpack into '{path}' in the sandbox: {decode(cap.stderr).strip()[:300]}")
+
+    async def download_dir(self, path: str = ".", *, max_bytes: int = 64 << 20,
+                           max_files: int = 10_000) -> dict[str, bytes]:
+        data = await self.download_tar(path, max_bytes=max_bytes, max_files=max_files)
+        out: dict[str, bytes] = {}
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for member in tar:
+                if member.isfile():
+                    fh = tar.extractfile(member)
+                    if fh is not None:
+                        out[member.name.removeprefix("./")] = fh.read()
+                if len(out) > max_files or sum(map(len, out.values())) > max_bytes:
+                    raise ValueError(f"'{path}' holds more than {max_files} files or {max_bytes} bytes")
+        return out
+
+    async def status(self) -> SandboxStatus:
+        now = time.time()
+        state = "closed" if self._closed else await self._state()
+        return SandboxStatus(id=self.id, provider=self.provider.name, state=state, created=self.created,
+                             age_s=now - self.created, execs=self._execs, labels=dict(self.spec.labels),
+                             detail=self.name)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await cli(self.provider.binary, "rm", "-f", "-v", self.name, timeout=60)
+        self.provider.registry.remove(self.id)
+
+
+async def seed_files(box: DockerSandbox, files: Mapping[str, bytes | str]) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for rel, data in files.items():
+            payload = as_bytes(data)
+            info = tarfile.TarInfo(posixpath.relpath(box.inner_path(rel), box.spec.workdir))
+            info.size, info.mode, info.mtime = len(payload), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(payload))
+    cap = await box._raw_exec(["tar", "-C", box.spec.workdir, "-xf", "-"], stdin=buf.getvalue())
+    if cap.returncode != 0:
+        raise SandboxError(f"seeding files into {box.name} failed: {decode(cap.stderr).strip()[:300]}",
+                           hint="the image needs tar")
