@@ -2,8 +2,9 @@
 # External coding-agent CLIs for tests/agents (palaestra.agents.external): OpenAI's Codex CLI and
 # Anthropic's Claude Code from npm, mini-SWE-agent from PyPI (in a virtual environment of its own: its
 # litellm pins much of the OpenAI stack). Everything goes under $PALAESTRA_AGENTS_DIR (default
-# /opt/palaestra-agents): npm/ for the npm packages, mini-swe-agent/ for the venv. Pinned versions; npm
-# install scripts are not run (both packages ship their native binaries as npm dependencies). Idempotent:
+# /opt/palaestra-agents): npm/ for the npm packages, mini-swe-agent/ for the venv. Pinned versions. npm
+# install scripts are not run; Claude Code's own postinstall (install.cjs: it only copies the native binary
+# from its platform package over a placeholder, no download) is run by hand afterwards. Idempotent:
 # returns at once when the pinned versions are there. PALAESTRA_SKIP_AGENTS=1 skips it (the tests then skip).
 set -euo pipefail
 if [[ "${PALAESTRA_SKIP_AGENTS:-0}" == "1" ]]; then
@@ -32,10 +33,16 @@ fi
 mkdir -p "$DIR/npm"
 want=()
 [[ "$(npm_version @openai/codex)" == "$CODEX_VERSION" ]] || want+=("@openai/codex@$CODEX_VERSION")
-[[ "$(npm_version @anthropic-ai/claude-code)" == "$CLAUDE_VERSION" ]] || want+=("@anthropic-ai/claude-code@$CLAUDE_VERSION")
+[[ "$(npm_version @anthropic-ai/claude-code)" == "$CLAUDE_VERSION" ]] \
+  && "$DIR/npm/node_modules/.bin/claude" --version >/dev/null 2>&1 \
+  || want+=("@anthropic-ai/claude-code@$CLAUDE_VERSION")
 if [[ ${#want[@]} -gt 0 ]]; then
   npm install --prefix "$DIR/npm" --no-audit --no-fund --ignore-scripts --loglevel=error \
     "@openai/codex@$CODEX_VERSION" "@anthropic-ai/claude-code@$CLAUDE_VERSION" >/dev/null
+  (cd "$DIR/npm/node_modules/@anthropic-ai/claude-code" && node install.cjs >/dev/null)
+  for exe in codex claude; do
+    "$DIR/npm/node_modules/.bin/$exe" --version >/dev/null || { echo "setup-agents: $exe does not run" >&2; exit 1; }
+  done
   echo "setup-agents: installed ${want[*]} under $DIR/npm"
 fi
 

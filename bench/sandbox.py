@@ -5,7 +5,7 @@
 
 Measures ``/bin/true`` and a Python start (``python -c pass``) through ``box.exec``, plus create and close,
 each as min/median milliseconds over N runs. Docker needs an image: ``PALAESTRA_DOCKER_IMAGE`` or the
-test image ``tests/sandbox/rootfs.py`` imports."""
+test image ``tests/sandbox/sandbox_rootfs.py`` imports."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _docker_image() -> str | None:
         return image
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "sandbox"))
     try:
-        from rootfs import ensure_image
+        from sandbox_rootfs import ensure_image
 
         return ensure_image()
     except Exception:

@@ -43,7 +43,9 @@ def _record(i: int, task: int, repeat: int, attempt: int, rng: random.Random) ->
     failed = attempt == 0 and rng.random() < 0.03
     reward = round(rng.random(), 2) if rng.random() < 0.5 else float(rng.random() < 0.6)
     question = f"Task {task}: which of the options below is correct? " + "lorem ipsum dolor sit amet " * 8
-    messages = [{"role": "system", "content": "You are a careful assistant. Use the tools when needed."},
+    system = "You are a careful assistant. Use the tools when needed."
+    messages: list[dict[str, Any]] = [
+                {"role": "system", "content": system},
                 {"role": "user", "content": question},
                 {"role": "assistant", "content": None, "tool_calls": [{"id": "c0", "type": "function",
                  "function": {"name": "search", "arguments": json.dumps({"query": f"topic {task}"})}}]},

@@ -9,12 +9,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+
 from palaestra.client.env_client import EnvClient, HttpEnvClient
 from palaestra.core.environment import Environment
-from palaestra.core.errors import ConfigError, EnvironmentFailure
+from palaestra.core.errors import ConfigError, EnvironmentFailure, InfraError, PalaestraError, UnknownSession
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 from palaestra.envproc import SupervisedEnvClient
-from palaestra.envs.registry import load_env, spec_for
+from palaestra.envs.registry import load_env, load_env_class, spec_for
 from palaestra.server.env_app import create_env_app
 from palaestra.server.sessions import EnvironmentHost
 from palaestra.wire.env import SessionHandle, ToolResult
@@ -37,11 +39,7 @@ class DirectEnvClient:
         return SessionHandle.from_dict(await self.host.open(task))
 
     async def call_tool(self, session_id: str, name: str, arguments: Any) -> ToolResult:
-        from palaestra.core.errors import PalaestraError, UnknownSession
-
         if isinstance(arguments, str):
-            import orjson
-
             try:
                 arguments = orjson.loads(arguments) if arguments.strip() else {}
             except orjson.JSONDecodeError as exc:
@@ -51,6 +49,8 @@ class DirectEnvClient:
             return await self.host.call_tool(session_id, name, arguments)
         except UnknownSession as exc:
             raise EnvironmentFailure(exc.message, hint=exc.hint) from exc
+        except InfraError:
+            raise
         except PalaestraError as exc:
             return ToolResult(error=exc.to_dict())
 
@@ -103,8 +103,6 @@ async def mount_env(spec: str | Environment, placement: str = "inprocess") -> Mo
     if placement == "local":
         if env is not None:
             raise ConfigError("a local-process placement needs an importable spec, not an instance")
-        from palaestra.envs.registry import load_env_class
-
         cls = load_env_class(spec_str)
         supervised = SupervisedEnvClient(spec_for(spec_str), cls.name)
         await supervised.start()

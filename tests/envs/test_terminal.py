@@ -133,3 +133,18 @@ def test_bundled_tasks() -> None:
         assert task.input and "task_dir" in task.metadata
     ref_file = env.resolved_data_dir() / "tasks" / "hello-file" / "solution" / "reference.json"
     assert json.loads(ref_file.read_text())["tool_calls"]
+
+
+async def test_sandbox_failure_is_infrastructure_not_zero(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from palaestra.core.errors import InfraError
+    from palaestra.sandbox import SandboxError
+
+    class Broken:
+        async def create(self, spec: object) -> object:
+            raise SandboxError("no sandbox today")
+
+    monkeypatch.setattr("palaestra.envs.terminal.env.provider_for", lambda task=None: Broken())
+    task = Task(id="t", env="terminal", metadata={"task_dir": str(make_taskdir(tmp_path / "t", DONE_TEST))})
+    with pytest.raises(InfraError) as info:
+        await Terminal().seed(task)
+    assert info.value.failure == "sandbox"

@@ -294,3 +294,14 @@ def test_translate_edge_cases() -> None:
     broken = {"id": "t", "function": {"name": "f", "arguments": "{"}}
     bad_args = {"choices": [{"message": {"tool_calls": [broken]}}]}
     assert translate.chat_to_messages(bad_args)["content"][0]["input"] == {"_unparsed_arguments": "{"}
+
+
+def test_anthropic_system_turns_inside_messages_become_system_messages() -> None:
+    from palaestra.wire import translate
+
+    chat = translate.messages_to_chat({"model": "c", "max_tokens": 10, "system": "top",
+                                       "messages": [{"role": "user", "content": "hi"},
+                                                    {"role": "system", "content": "reminder"},
+                                                    {"role": "user", "content": "again"}]})
+    assert [(m["role"], m["content"]) for m in chat["messages"]] == [
+        ("system", "top"), ("user", "hi"), ("system", "reminder"), ("user", "again")]

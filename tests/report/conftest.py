@@ -66,8 +66,9 @@ def token_calls(*, drift: bool = False) -> list[dict[str, Any]]:
     g2 = [30, 31, 32]
 
     def response(pieces: list[str], lps: list[float]) -> dict[str, Any]:
+        content = [{"token": t, "logprob": lp} for t, lp in zip(pieces, lps, strict=True)]
         return {"choices": [{"finish_reason": "stop", "message": {"role": "assistant", "content": "".join(pieces)},
-                             "logprobs": {"content": [{"token": t, "logprob": lp} for t, lp in zip(pieces, lps)]}}]}
+                             "logprobs": {"content": content}}]}
 
     return [
         {"api": "chat", "status": 200, "latency_s": 0.1, "usage": {"prompt_tokens": 3, "completion_tokens": 2},

@@ -22,6 +22,8 @@ import orjson
 import pytest
 
 from palaestra.report import write_report
+from palaestra.report.index import JournalIndex
+from palaestra.report.rows import Filter
 
 from .conftest import XSS, rollout
 
@@ -31,7 +33,8 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--
 _missing = [what for what, ok in (("the playwright package", importlib.util.find_spec("playwright") is not None),
                                   (CHROMIUM, Path(CHROMIUM).exists())) if not ok]
 if _missing and os.environ.get("PALAESTRA_REQUIRE_BROWSER") == "1":
-    raise RuntimeError(f"browser tests need {', '.join(_missing)}: run .ci/setup-browser.sh and pip install -e '.[dev]'")
+    raise RuntimeError(f"browser tests need {', '.join(_missing)}: "
+                       "run .ci/setup-browser.sh and pip install -e '.[dev]'")
 pytestmark = pytest.mark.skipif(bool(_missing), reason=f"needs {', '.join(_missing)} (.ci/setup-browser.sh)")
 if not _missing:
     from playwright.sync_api import expect
@@ -107,6 +110,15 @@ def test_static_report(watched: Watched, mixed_run: Path, artifacts: Path) -> No
     assert _rows(page) == 2 and "2 matching" in page.inner_text("#page-info")
     page.click("#f-reset")
     assert _rows(page) == 9
+    # the page's filter (viewer.js) and the server's (rows.Filter) agree on every outcome option
+    index = JournalIndex(mixed_run / "rollouts.jsonl")
+    index.advance()
+    options = page.eval_on_selector_all("#f-outcome option", "os => os.map(o => o.value)")
+    assert "failed:sandbox" in options
+    for value in options:
+        page.select_option("#f-outcome", value)
+        assert _rows(page) == len(Filter(outcome=value).apply(index.rows)), value
+    page.select_option("#f-outcome", "all")
     # a heatmap cell filters the list to its task
     page.locator('svg.heatmap rect.cell[data-task="delta"]').first.click()
     assert _rows(page) == 2 and page.input_value("#f-task") == "delta"

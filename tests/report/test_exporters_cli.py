@@ -34,20 +34,16 @@ def test_flatten_for_trackers() -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow not installed (extra [mlflow])")
-def test_mlflow_file_store(mixed_run: Path, tmp_path: Path) -> None:
+def test_mlflow_file_store(mixed_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mlflow.tracking import MlflowClient
 
     from palaestra.report.exporters import export_mlflow
 
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     store = tmp_path / "mlruns"
     run_id = export_mlflow(mixed_run, tracking_uri=str(store), experiment="tests")
-    import os
-
-    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
-    try:
-        run = MlflowClient(store.as_uri()).get_run(run_id)
-    finally:
-        os.environ.pop("MLFLOW_ALLOW_FILE_STORE", None)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # only to read the store back here
+    run = MlflowClient(store.as_uri()).get_run(run_id)
     assert run.data.metrics["coverage"] == pytest.approx(0.875)
     assert run.data.params["run_id"] == "test-run" and run.info.status == "FINISHED"
     artifacts = list((store).rglob("report.html"))

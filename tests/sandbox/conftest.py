@@ -11,24 +11,23 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from rootfs import Daemon, ensure_image
+from sandbox_helpers import Listener, Netns, Target, own_leftovers
+from sandbox_rootfs import Daemon, ensure_image
 
-from palaestra.sandbox import SandboxSpec, available_providers, get_provider
-from palaestra.sandbox.base import SandboxProvider
-from palaestra.sandbox.registry import Registry, owner_fields
+from palaestra.sandbox import available_providers, get_provider
 
-PROVIDERS = ["local", "process", "docker", "apptainer"]
+PROVIDERS = ["local", "process", "docker", "podman", "apptainer"]
+# podman and apptainer need an image with python3 that this machine cannot build: name one to test them.
+IMAGE_VARS = {"podman": "PALAESTRA_TEST_PODMAN_IMAGE", "apptainer": "PALAESTRA_TEST_APPTAINER_IMAGE"}
 
 
 @pytest.fixture(scope="session")
@@ -52,24 +51,6 @@ def docker_image(docker_daemon: Daemon) -> str:
         pytest.skip(f"docker: test image could not be imported ({exc})")
 
 
-@dataclass
-class Target:
-    provider: SandboxProvider
-    name: str
-    image: str | None = None
-    extra: dict[str, object] = field(default_factory=dict)
-
-    def spec(self, **kw: object) -> SandboxSpec:
-        kw.setdefault("labels", {"run_id": "pytest", "rollout_id": f"t-{os.getpid()}"})
-        if self.image:
-            kw.setdefault("image", self.image)
-        return SandboxSpec(**kw)  # type: ignore[arg-type]
-
-    @property
-    def python(self) -> str:
-        return "python3" if self.name == "docker" else str(getattr(self.provider, "python", "python3"))
-
-
 @pytest.fixture(params=PROVIDERS)
 def target(request: pytest.FixtureRequest) -> Target:
     name = request.param
@@ -79,10 +60,10 @@ def target(request: pytest.FixtureRequest) -> Target:
         return Target(get_provider("docker"), "docker", image)
     if not ok:
         pytest.skip(f"{name}: {why}")
-    if name == "apptainer":
-        image = os.environ.get("PALAESTRA_TEST_APPTAINER_IMAGE")
+    if name in IMAGE_VARS:
+        image = os.environ.get(IMAGE_VARS[name])
         if not image:
-            pytest.skip("apptainer: set PALAESTRA_TEST_APPTAINER_IMAGE to a .sif with python3 to test it")
+            pytest.skip(f"{name}: set {IMAGE_VARS[name]} to an image with python3 to test it")
         return Target(get_provider(name), name, image)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the process provider's warning has its own test
@@ -90,51 +71,11 @@ def target(request: pytest.FixtureRequest) -> Target:
     return Target(provider, name)
 
 
-class Listener:
-    """A TCP listener on 127.0.0.1 that counts accepted connections."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.hits = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.hits += 1
-            conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.fixture
 def loopback() -> Iterator[Listener]:
     listener = Listener()
     yield listener
     listener.close()
-
-
-@dataclass
-class Netns:
-    name: str
-    addr: str
-    port: int
-    hits_file: Path
-    proc: subprocess.Popen[bytes]
-
-    def hits(self) -> int:
-        try:
-            return len(self.hits_file.read_text().splitlines())
-        except FileNotFoundError:
-            return 0
 
 
 _NS_LISTENER = """
@@ -189,20 +130,6 @@ def netns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Netns | None]:
     proc.kill()
     proc.wait()
     teardown()
-
-
-def own_leftovers() -> list[str]:
-    """Sandboxes, uid claims and cgroups this test process still holds."""
-    me = owner_fields()["owner_pid"]
-    reg = Registry()
-    found = [f"record {r['id']}" for r in reg.records() if r.get("owner_pid") == me]
-    found += [f"uid {u}" for u, c in reg.uid_claims() if c.get("owner_pid") == me]
-    if shutil.which("docker"):
-        owner = f"label=palaestra.owner={me}:{owner_fields()['owner_start']}"
-        ps = subprocess.run(["docker", "ps", "-a", "--filter", owner, "--format", "{{.Names}}"],
-                            capture_output=True, text=True)
-        found += [f"container {n}" for n in ps.stdout.split()]
-    return found
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from conftest import Target
+from sandbox_helpers import Target
 
 from palaestra.core.errors import InfraError
 from palaestra.sandbox import Mount, SandboxError, SandboxSpec, get_provider
@@ -121,6 +125,31 @@ async def test_bwrap_failure_is_a_sandbox_error() -> None:
             await box.exec(["true"])
 
 
+@pytest.fixture
+def rootfs_dir() -> Iterator[Path]:
+    """Under /tmp with mode 755: the sandbox uid must be able to read it (pytest's tmp_path is 700)."""
+    path = Path(tempfile.mkdtemp(prefix="palaestra-rootfs-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+async def test_local_with_its_own_root_filesystem(rootfs_dir: Path) -> None:
+    if not _exists("/bin/busybox"):
+        pytest.skip("busybox-static is not installed (.ci/setup-sandbox.sh installs it)")
+    tmp_path = rootfs_dir
+    (tmp_path / "bin").mkdir()
+    shutil.copy("/bin/busybox", tmp_path / "bin" / "busybox")
+    for applet in ("sh", "ls", "cat", "echo", "id"):
+        (tmp_path / "bin" / applet).symlink_to("busybox")
+    (tmp_path / "etc").mkdir()
+    provider = get_provider("local")
+    async with await provider.create(SandboxSpec(rootfs=str(tmp_path), files={"f.txt": "from the host"})) as box:
+        r = await box.exec(["/bin/sh", "-c", "cat f.txt; echo; ls /"])
+        assert r.ok, r
+        assert r.stdout.split() == ["from", "the", "host", "bin", "dev", "etc", "proc", "tmp", "workspace"]
+
+
 async def test_seccomp_and_namespaces_inside_local() -> None:
     code = (
         "import ctypes, os\n"
@@ -151,7 +180,7 @@ def test_provider_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PALAESTRA_SANDBOX", "process")
     assert default_provider_name() == "process"
     monkeypatch.delenv("PALAESTRA_SANDBOX")
-    assert default_provider_name() == "local"  # bubblewrap works on this machine (CI installs it)
+    assert default_provider_name() == "local", "bubblewrap must work here: run .ci/setup-sandbox.sh"
     with pytest.raises(SandboxError, match="unknown sandbox provider"):
         get_provider("nope")
 

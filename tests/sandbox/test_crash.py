@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Target
-from test_escape import procs_with
+from sandbox_helpers import Target, procs_with
 
 from palaestra.sandbox.registry import Registry
 

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from conftest import Listener, Netns, Target
+from sandbox_helpers import Listener, Netns, Target, procs_with
 
 from palaestra.sandbox import Sandbox
 
@@ -65,18 +65,6 @@ subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", sys.argv
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 print("started")
 """
-
-
-def procs_with(marker: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
-                    found.append(int(name))
-            except OSError:
-                continue
-    return found
 
 
 async def gone(marker: str, within: float = 3.0) -> bool:

@@ -73,6 +73,10 @@ class BackendChat:
         self._rid = rollout_id
         self._ctx = ctx
 
+    @property
+    def rollout_id(self) -> str | None:
+        return self._rid
+
     async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         if hasattr(self._target, "complete"):
             result: dict[str, Any] = await self._target.complete(self._rid, "chat", body)

@@ -33,9 +33,11 @@ def run(
     seed: int | None = typer.Option(None),
     max_attempts: int | None = typer.Option(None, help="Attempts per rollout on infrastructure failure."),
     deadline_s: float | None = typer.Option(None, "--deadline", help="Seconds per rollout."),
-    placement: str | None = typer.Option(None, help="inprocess | direct | local."),
+    placement: str | None = typer.Option(None, help="inprocess | direct | local | ray (with --cluster)."),
     skip_invalid: bool | None = typer.Option(None, "--skip-invalid", help="Skip malformed rows (listed)."),
     max_steps: int | None = typer.Option(None, help="Agent step limit."),
+    cluster: str | None = typer.Option(None, help="Run on Ray: ray | ray:local | ray:HOST:PORT | ray://HOST:PORT "
+                                                "[?workers=N&env_replicas=N]."),
     config: str | None = typer.Option(None, "--config", help="run.yaml with the same fields as the flags."),
     resume: str | None = typer.Option(None, "--resume", help="Finish the run in this directory."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from palaestra.cli import config_cmds, env_cmds, eval_cmds, model_cmds
+from palaestra.cli import adapt_cmds, config_cmds, env_cmds, eval_cmds, model_cmds, report_cmds, sandbox_cmds
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Palaestra: evaluate LLM agents in stateful environments and collect RL rollouts.")
@@ -13,6 +13,13 @@ app.add_typer(env_cmds.app, name="env")
 app.add_typer(model_cmds.app, name="model")
 app.add_typer(eval_cmds.app, name="eval")
 app.add_typer(config_cmds.app, name="config")
+app.add_typer(sandbox_cmds.app, name="sandbox")
+app.command("report")(report_cmds.report)
+app.command("view")(report_cmds.view)
+eval_cmds.app.command("compare")(report_cmds.compare)
+env_cmds.app.command("new")(adapt_cmds.env_new)
+env_cmds.app.add_typer(adapt_cmds.import_app, name="import")
+app.add_typer(adapt_cmds.export_app, name="export")
 
 
 def _version(value: bool) -> None:

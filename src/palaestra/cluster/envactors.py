@@ -8,7 +8,9 @@ Ray restarts the replica for the sessions that follow."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from typing import Any
 
 from palaestra.core.errors import (
@@ -21,6 +23,8 @@ from palaestra.core.errors import (
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 from palaestra.wire.env import SessionHandle, ToolResult
 
+DOWN_S = 2.0  # how long a replica that failed a call is skipped for new sessions (Ray restarts it meanwhile)
+WAIT_UP_S = 60.0  # how long a call that needs no particular replica waits for one to be back
 Envelope = dict[str, Any]  # {"ok": value} or {"error": {"kind", "message", "hint"?}}
 
 
@@ -46,7 +50,10 @@ class EnvReplica:
             return {"error": {"kind": "environment", "message": f"{type(exc).__name__}: {exc}"}}
 
     async def ping(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "sessions": len(self.client.host.sessions)}
+        import ray
+
+        return {"pid": os.getpid(), "sessions": len(self.client.host.sessions),
+                "node_id": ray.get_runtime_context().get_node_id()}
 
     async def info(self) -> Envelope:
         return await self._wrap(self.client.info())
@@ -112,30 +119,53 @@ class RayEnvClient:
         self.name = name
         self.replicas = replicas
         self.load = [0] * len(replicas)  # sessions this client holds open on each replica
+        self.down_until = [0.0] * len(replicas)  # monotonic time before which a replica is skipped
         self._next = offset % len(replicas)
 
     def _pick(self) -> int:
-        """Fewest open sessions (from this worker's view); ties go round-robin so workers spread out."""
+        """Fewest open sessions (from this worker's view) among replicas not marked down; ties go
+        round-robin so workers spread out."""
         n = len(self.replicas)
+        now = time.monotonic()
         order = [(self._next + i) % n for i in range(n)]
-        best = min(order, key=lambda i: self.load[i])
+        up = [i for i in order if self.down_until[i] <= now] or sorted(order, key=lambda i: self.down_until[i])[:1]
+        best = min(up, key=lambda i: self.load[i])
         self._next = (best + 1) % n
         return best
 
-    async def _call(self, index: int, method: str, *args: Any) -> Any:
+    async def _call(self, index: int | None, method: str, *args: Any) -> Any:
+        """Call one replica. ``index`` None: any replica will do (no session yet), so replicas that are
+        down or restarting are skipped, and while all are, the call waits for one (up to ``WAIT_UP_S``).
+        With an index the session lives on that replica, and losing it is final for the rollout."""
         from ray.exceptions import RayError
 
-        try:
-            envelope: Envelope = await getattr(self.replicas[index], method).remote(*args)
-        except RayError as exc:
-            raise EnvironmentFailure(
-                f"replica {index} of environment '{self.name}' failed during {method}: "
-                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                hint="its sessions are lost and their rollouts are retried; if replicas keep dying, "
-                     "check the environment for a crash bug",
-            ) from None
+        give_up = time.monotonic() + (WAIT_UP_S if index is None else 0.0)
+        pause = 0.1
+        while True:
+            i = self._pick() if index is None else index
+            try:
+                envelope: Envelope = await getattr(self.replicas[i], method).remote(*args)
+                break
+            except RayError as exc:
+                self.down_until[i] = time.monotonic() + DOWN_S  # Ray is restarting it, or it is gone
+                if index is None and time.monotonic() < give_up:
+                    if all(d > time.monotonic() for d in self.down_until):
+                        await asyncio.sleep(pause)
+                        pause = min(pause * 2, 1.0)
+                    continue
+                text = str(exc).strip()
+                raise EnvironmentFailure(
+                    f"replica {i} of environment '{self.name}' failed during {method}: "
+                    f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}",
+                    hint="its sessions are lost and their rollouts are retried; if replicas keep dying, "
+                         "check the environment for a crash bug",
+                ) from None
+        self.down_until[i] = 0.0
         if "error" in envelope:
             _raise(envelope["error"])
+        if method == "open":
+            envelope["ok"]["session_id"] = f"{i}:{envelope['ok']['session_id']}"
+            self.load[i] += 1
         return envelope.get("ok")
 
     @staticmethod
@@ -146,14 +176,10 @@ class RayEnvClient:
         return int(index), sid
 
     async def info(self) -> dict[str, Any]:
-        return dict(await self._call(0, "info"))
+        return dict(await self._call(None, "info"))
 
     async def open(self, task: Task) -> SessionHandle:
-        index = self._pick()
-        data = await self._call(index, "open", task.model_dump(mode="json"))
-        self.load[index] += 1
-        data["session_id"] = f"{index}:{data['session_id']}"
-        return SessionHandle.from_dict(data)
+        return SessionHandle.from_dict(await self._call(None, "open", task.model_dump(mode="json")))
 
     async def call_tool(self, session_id: str, name: str, arguments: Any) -> ToolResult:
         index, sid = self._split(session_id)
@@ -165,12 +191,12 @@ class RayEnvClient:
         return Verdict.model_validate(await self._call(index, "verify", sid, trajectory.model_dump(mode="json")))
 
     async def verify_stateless(self, task: Task, trajectory: Trajectory) -> Verdict:
-        data = await self._call(self._pick(), "verify_stateless", task.model_dump(mode="json"),
+        data = await self._call(None, "verify_stateless", task.model_dump(mode="json"),
                                 trajectory.model_dump(mode="json"))
         return Verdict.model_validate(data)
 
     async def reference(self, task: Task) -> Reference | None:
-        data = await self._call(self._pick(), "reference", task.model_dump(mode="json"))
+        data = await self._call(None, "reference", task.model_dump(mode="json"))
         return Reference.model_validate(data) if data else None
 
     async def close(self, session_id: str) -> None:

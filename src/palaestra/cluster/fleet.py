@@ -7,6 +7,7 @@ A worker whose call failed with an actor error is held back until a ping says wh
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,11 @@ class Fleet:
         self.envs = envs
         self.model_specs = model_specs
         self.replicas: dict[str, list[Any]] = {}
+        # workers look replicas up by name: handles as constructor arguments would sit in the object store,
+        # and a worker restarted after its node died could not get them back
+        self.replica_names: dict[str, list[str]] = {}
         self.workers: list[WorkerSlot] = []
+        self.replica_nodes: set[str | None] = set()
         self._changed = asyncio.Condition()
         self._checks: set[asyncio.Task[None]] = set()
 
@@ -63,11 +68,13 @@ class Fleet:
         pings: list[Any] = []
         if self.uses_replicas:
             replica_cls = ray.remote(EnvReplica)
+            tag = uuid.uuid4().hex[:8]
             for name, spec in sorted(self.envs.items()):
-                self.replicas[name] = [
-                    replica_cls.options(num_cpus=self.spec.env_cpus, max_restarts=REPLICA_RESTARTS,
-                                        scheduling_strategy="SPREAD", max_concurrency=4096).remote(spec, self.envs)
-                    for _ in range(self.spec.env_replicas)]
+                names = [f"palaestra-{tag}-{name}-{i}" for i in range(self.spec.env_replicas)]
+                self.replicas[name] = [replica_cls.options(
+                    name=n, num_cpus=self.spec.env_cpus, max_restarts=REPLICA_RESTARTS,
+                    scheduling_strategy="SPREAD", max_concurrency=4096).remote(spec, self.envs) for n in names]
+                self.replica_names[name] = names
                 pings += [r.ping.remote() for r in self.replicas[name]]
         worker_cls = ray.remote(RolloutWorker)
         cfg = self.cfg.model_dump(mode="json")
@@ -75,7 +82,7 @@ class Fleet:
             actor = worker_cls.options(num_cpus=self.spec.worker_cpus, max_restarts=WORKER_RESTARTS,
                                        max_task_retries=0, scheduling_strategy="SPREAD",
                                        max_concurrency=self.cfg.concurrency + 16).remote(
-                cfg, self.envs, self.model_specs, self.replicas if self.uses_replicas else None, i)
+                cfg, self.envs, self.model_specs, self.replica_names if self.uses_replicas else None, i)
             self.workers.append(WorkerSlot(i, actor))
         pings += [w.actor.ping.remote() for w in self.workers]
         try:
@@ -94,11 +101,12 @@ class Fleet:
                                ) from None
         for slot, info in zip(self.workers, answers[len(answers) - len(self.workers):]):
             slot.info = info
+        self.replica_nodes = {a.get("node_id") for a in answers[:len(answers) - len(self.workers)]}
 
     def placement_report(self) -> dict[str, Any]:
         nodes = {w.info.get("node_id") for w in self.workers}
         return {"workers": len(self.workers), "nodes": len(nodes),
-                "replicas": {k: len(v) for k, v in self.replicas.items()}}
+                "replicas": {k: len(v) for k, v in self.replicas.items()}, "replica_nodes": len(self.replica_nodes)}
 
     async def acquire(self) -> WorkerSlot:
         """The healthy worker with the fewest attempts in flight; waits while all are being checked."""

@@ -4,6 +4,7 @@ on loopback, and start or join the cluster a ``ClusterSpec`` names."""
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -51,7 +52,8 @@ def keep_loopback() -> None:
 
 @dataclass
 class Connection:
-    """This process's link to the cluster; ``owned`` when we started Ray here and must shut it down."""
+    """This process's link to the cluster; ``owned`` when this call initialised Ray in this process (so it
+    disconnects at the end, which also stops a private local cluster)."""
 
     ray: ModuleType
     address: str
@@ -73,8 +75,13 @@ def connect(spec: ClusterSpec) -> Connection:
     ray = import_ray()
     if ray.is_initialized():
         return Connection(ray, "(already connected)", owned=False)
+    _auth_from_env()
     kw: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     if spec.local:
+        if "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ:
+            # a private cluster gets a private token (inherited by its processes), rather than Ray
+            # writing one into ~/.ray or reusing another cluster's
+            os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
         kw.update(num_cpus=spec.cpus or os.cpu_count() or 1, include_dashboard=False,
                   object_store_memory=spec.object_store_mb * 1024 * 1024, _node_ip_address=LOOPBACK_IP)
         where = "a private local cluster"
@@ -92,6 +99,19 @@ def connect(spec: ClusterSpec) -> Connection:
         raise ClusterError(f"could not start or join {where}: {type(exc).__name__}: {exc}",
                            hint="check the --cluster value; see the Ray logs under /tmp/ray") from None
     return Connection(ray, spec.address or "local", owned=True)
+
+
+def _auth_from_env() -> None:
+    """Ray reads RAY_AUTH_MODE once, when it is imported; a token set later (a test fixture, a launcher)
+    would be ignored and the cluster would refuse us. Re-read it, as Ray itself does when it turns auth on."""
+    if "RAY_AUTH_MODE" not in os.environ:
+        return
+    try:
+        import importlib
+
+        importlib.import_module("ray._raylet").Config.initialize("")
+    except Exception:  # an older or newer Ray without this hook reads the variable at ray.init anyway
+        pass
 
 
 def is_loopback(host: str) -> bool:

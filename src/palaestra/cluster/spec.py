@@ -33,7 +33,7 @@ class ClusterSpec:
     workers: int | None = None  # rollout worker actors; None: one per CPU the cluster offers (at most 64)
     env_replicas: int = 2  # replicas of each environment server (with --placement ray)
     worker_cpus: float = 1.0  # CPUs each rollout worker reserves (a scheduling unit, not a limit)
-    env_cpus: float = 0.0  # CPUs each environment replica reserves
+    env_cpus: float = 0.01  # CPUs each environment replica reserves (Ray's SPREAD ignores actors with none)
     cpus: int | None = None  # CPUs of a private local cluster (default: this machine's)
     object_store_mb: int = 200  # object store of a private local cluster: rollouts are small
     start_timeout_s: float = 180.0  # how long workers and replicas may take to be placed and start

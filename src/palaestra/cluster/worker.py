@@ -23,11 +23,11 @@ class RolloutWorker:
     """Set up lazily (on the first ``ping`` or ``run``), so a restarted actor rebuilds itself too."""
 
     def __init__(self, cfg: dict[str, Any], envs: dict[str, str], model_specs: list[str],
-                 replicas: dict[str, list[Any]] | None = None, index: int = 0) -> None:
+                 replicas: dict[str, list[str]] | None = None, index: int = 0) -> None:
         self.cfg = RunConfig.model_validate(cfg)
         self.env_specs = envs  # env name -> importable spec, as the driver resolved it
         self.model_specs = model_specs
-        self.replicas = replicas
+        self.replicas = replicas  # env name -> names of its replica actors (with --placement ray)
         self.index = index
         self.envs: dict[str, EnvClient] = {}
         self.mounted: list[MountedEnv] = []
@@ -45,7 +45,10 @@ class RolloutWorker:
             if self.replicas is not None:
                 from palaestra.cluster.envactors import RayEnvClient
 
-                self.envs[name] = RayEnvClient(name, self.replicas[name], offset=self.index)
+                import ray
+
+                handles = [ray.get_actor(n) for n in self.replicas[name]]
+                self.envs[name] = RayEnvClient(name, handles, offset=self.index)
             else:
                 mounted = await mount_env(spec, self.cfg.placement)
                 self.mounted.append(mounted)

@@ -139,10 +139,12 @@ def export_mlflow(run_dir: str | Path, *, tracking_uri: str | None = None, exper
 
 
 def export_wandb(run_dir: str | Path, *, project: str = "palaestra", directory: str | Path | None = None,
-                 mode: str = "offline", run_name: str | None = None) -> str:
+                 mode: str = "offline", run_name: str | None = None, teardown: bool = True) -> str:
     """Log metrics, config and the report to W&B; returns the local directory of the W&B run.
 
-    ``mode="offline"`` (the default) touches no network; ``wandb sync <dir>`` uploads later.
+    ``mode="offline"`` (the default) touches no network; ``wandb sync <dir>`` uploads later. ``teardown``
+    waits for wandb's service to finish writing (it also ends other wandb runs of this process: pass False
+    when calling from a program that keeps its own run open).
     """
     try:
         import wandb
@@ -167,7 +169,6 @@ def export_wandb(run_dir: str | Path, *, project: str = "palaestra", directory: 
         out = str(Path(run.dir).parent)
     finally:
         run.finish()
-        # finish() can return before wandb-core has written the offline file; teardown waits for it
-        # (otherwise a CLI that exits right away can lose the run)
-        wandb.teardown()
+        if teardown:  # finish() can return before wandb-core has written the offline file: a CLI that
+            wandb.teardown()  # exited right away could lose the run; teardown waits for the writer
     return out

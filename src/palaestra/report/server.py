@@ -111,7 +111,7 @@ class Viewer:
             rows, partial = self.index.snapshot(), not self.index.complete
             metrics = run_metrics(self.info, rows, journal_problems=list(self.index.problems))
             payload = {"html": build_overview(rows, metrics, self.info.manifest, partial=partial),
-                       "partial": partial, "metrics": metrics}
+                       "partial": partial, "version": version, "metrics": metrics}
             self._overview = (version, time.monotonic(), payload)
             return payload
 

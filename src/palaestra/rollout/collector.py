@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import time
 import uuid
 from collections import Counter
@@ -32,6 +34,7 @@ from palaestra.rollout.selection import select_tasks
 from palaestra.rollout.tasks import read_tasks, write_tasks
 
 ProgressFn = Callable[[Rollout, bool], None]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -230,11 +233,24 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
             envs[name] = {"spec": spec_for(name), "version": cls.version, "verifier_hash": cls.verifier_hash()}
         rundir.write_json_atomic(run_dir / rundir.RUN_JSON, rundir.run_manifest(
             uuid.uuid4().hex, cfg.model_dump(mode="json"), envs, len(tasks), cfg.repeats))
+    # Sandboxes and child servers label what they create with the run, so a reaper can tell runs apart.
+    os.environ.setdefault("PALAESTRA_RUN_ID", str(rundir.read_manifest(run_dir).get("run_id", "")))
     records, _ = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
     pending, already = plan(tasks, cfg.repeats, records, cfg.max_attempts)
     if on_start:
         on_start(len(tasks) * cfg.repeats, already)
     if pending:
-        await Collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
+        if cfg.cluster:  # the same loop, with each attempt run by a worker actor on Ray (cluster/driver.py)
+            from palaestra.cluster.driver import RayCollector
+
+            await RayCollector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
+        else:
+            await Collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
     metrics = write_metrics(run_dir, tasks, cfg.repeats, cfg.model_prices)
+    try:
+        from palaestra.report import write_report
+
+        write_report(run_dir)
+    except Exception as exc:  # the run's data is safe in the journal; a report bug must not fail the run
+        log.warning("could not write report.html for %s: %s: %s", run_dir, type(exc).__name__, exc)
     return RunResult(run_dir, metrics, len(pending), skipped, already, time.perf_counter() - t0)

@@ -48,7 +48,8 @@ class RunConfig(BaseModel):
     max_attempts: int = Field(3, ge=1, description="Attempts per (task, repeat) on infrastructure failure.")
     deadline_s: float = Field(600.0, gt=0, description="Deadline per rollout (model, tools and verify).")
     placement: str = Field("direct", description="Environment placement: direct (in-process host, fastest) | "
-                           "inprocess (in-process ASGI app) | local (a process on 127.0.0.1).")
+                           "inprocess (in-process ASGI app) | local (a process on 127.0.0.1) | ray (Ray actor "
+                           "replicas; needs --cluster).")
     skip_invalid: bool = Field(False, description="Skip malformed task rows (listing them) instead of refusing.")
     max_steps: int = Field(16, ge=1, description="Agent step limit.")
     models: dict[str, str] = Field(default_factory=dict, description="Named model specs (run file): rows, entries "
@@ -57,6 +58,9 @@ class RunConfig(BaseModel):
                                                                              "name, for cost in metrics and compare.")
     entries: list[RunEntry] | None = Field(None, description="Several (dataset × agent × model) entries in one run "
                                                              "(run file only): one journal, metrics per entry.")
+    cluster: str | None = Field(None, description="Run the rollouts on a Ray cluster: ray | ray:local | ray:auto | "
+                                "ray:HOST:PORT | ray://HOST:PORT, options ?workers=N&env_replicas=N; with "
+                                "--placement ray the environment servers run as Ray actors too.")
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

@@ -190,9 +190,10 @@ class HostSandbox(Sandbox):
         await asyncio.to_thread(self._kill_all)
 
     def _kill_all(self) -> None:
-        # Every process of the box was started inside its cgroups and cannot leave them (the files are
-        # root's), so an emptied cgroup proves the tree is gone; the uid sweep is for machines without one.
-        if self.cgroups.paths and self.cgroups.kill():
+        # Every process of the box was started inside its cgroups and, under a dedicated uid, cannot leave
+        # them (the files are root's): an emptied cgroup proves the tree is gone. The uid sweep (or the
+        # environment marker, without a uid) covers machines without cgroups and delegated ones.
+        if self.cgroups.paths and self.cgroups.kill() and self.uid is not None:
             return
         if self.uid is not None:
             kill_uid(self.uid)

@@ -55,6 +55,7 @@ class HostProvider(SandboxProvider):
     dedicated_uid: ClassVar[bool] = True    # use one when root
     use_cgroups: ClassVar[bool] = True
     use_tmpfs: ClassVar[bool] = True
+    supports_rootfs: ClassVar[bool] = False
 
     def __init__(self, registry: Registry | None = None, *, reap: bool = True) -> None:
         self.registry = registry or Registry()
@@ -73,6 +74,9 @@ class HostProvider(SandboxProvider):
     async def create(self, spec: SandboxSpec | None = None) -> HostSandbox:
         self.require()
         spec = spec or SandboxSpec()
+        if spec.rootfs and not self.supports_rootfs:
+            raise SandboxError(f"the '{self.name}' provider cannot use SandboxSpec.rootfs (it has no mount namespace)",
+                               hint="use the local provider for a root filesystem, or an image with docker")
         return await asyncio.to_thread(self._create_sync, spec)
 
     def _create_sync(self, spec: SandboxSpec) -> HostSandbox:

@@ -48,6 +48,21 @@ def _system_binds() -> list[str]:
     return args
 
 
+def _rootfs_binds(rootfs: str) -> list[str]:
+    """Each top-level entry of a root filesystem, read-only, on bwrap's own (empty) root: binding the
+    whole tree on / would leave no place for the work directory's mount point."""
+    args: list[str] = []
+    for name in sorted(os.listdir(rootfs)):
+        if name in ("proc", "dev", "tmp"):
+            continue
+        path = os.path.join(rootfs, name)
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), f"/{name}"]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, f"/{name}"]
+    return args
+
+
 @lru_cache(maxsize=1)
 def _seccomp_program() -> bytes | None:
     return seccomp.build_filter() if seccomp.supported() else None
@@ -64,7 +79,7 @@ class LocalSandbox(HostSandbox):
         if spec.network == "host":
             cmd.append("--share-net")
         if spec.rootfs:
-            cmd += ["--ro-bind", spec.rootfs, "/"]
+            cmd += _rootfs_binds(spec.rootfs)
         else:
             cmd += _system_binds()
             prefix = sys.base_prefix
@@ -127,7 +142,8 @@ class LocalSandbox(HostSandbox):
             return
         raise SandboxError(f"bubblewrap could not start the sandbox (exit {cap.returncode}): {stderr.strip()[:500]}",
                            hint="check that user namespaces are allowed (sysctl kernel.unprivileged_userns_clone, "
-                                "user.max_user_namespaces), the spec's mounts exist, or use PALAESTRA_SANDBOX=process")
+                                "user.max_user_namespaces), that the spec's rootfs and mounts exist and the "
+                                "sandbox uid may read them, or use PALAESTRA_SANDBOX=process")
 
     @property
     def python(self) -> str:
@@ -139,6 +155,7 @@ class LocalProvider(HostProvider):
 
     name = "local"
     box_class = LocalSandbox
+    supports_rootfs = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.bwrap = bwrap_path() or "bwrap"

@@ -118,8 +118,8 @@ class EnvironmentHost:
         async with sess.lock:
             try:
                 output = await maybe_await(run())
-            except (UnknownTool, BadArguments):
-                raise
+            except (UnknownTool, BadArguments, InfraError):
+                raise  # InfraError: a sandbox died under the tool: failed(sandbox), not the model's fault
             except PalaestraError as exc:  # ToolError and friends: the model reads them and recovers
                 return ToolResult(error=exc.to_dict())
             except Exception as exc:  # the tool's own bug or the model's bad input: show it, keep going

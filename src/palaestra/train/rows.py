@@ -128,7 +128,7 @@ def dpo_rows(rollouts: list[Rollout], *, pairs: str = "best_worst", min_margin: 
     for r in scored(rollouts, stats):
         by_group.setdefault(group_key(r), []).append(r)
     rows = []
-    for key, members in by_group.items():
+    for members in by_group.values():
         stats.groups += 1
         ranked = sorted(members, key=lambda r: (-(r.reward or 0.0), r.repeat))
         if pairs == "best_worst":

@@ -249,8 +249,12 @@ def messages_to_chat(body: Body) -> Body:
     if body.get("system"):
         messages.append({"role": "system", "content": _text_of(body["system"])})
     for i, turn in enumerate(turns):
+        if isinstance(turn, dict) and turn.get("role") == "system":
+            # Claude Code 2.x sends system turns inside `messages`; chat models take them as system messages.
+            messages.append({"role": "system", "content": _text_of(turn.get("content", ""))})
+            continue
         if not isinstance(turn, dict) or turn.get("role") not in ("user", "assistant"):
-            raise TranslationError(f"Anthropic messages[{i}] must be an object with role user or assistant")
+            raise TranslationError(f"Anthropic messages[{i}] must be an object with role user, assistant or system")
         _anthropic_turn(turn["role"], turn.get("content", ""), messages)
     chat: Body = {"messages": messages}
     _pass(body, chat, "model", "max_tokens", "temperature", "top_p", "top_k")

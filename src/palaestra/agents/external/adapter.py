@@ -88,6 +88,7 @@ class CLIAdapter(abc.ABC):
 
     def prepare(self, ctx: LaunchContext) -> None:
         """Write config files into ``ctx.home`` before the run (telemetry off, provider set)."""
+        return None
 
     @abc.abstractmethod
     def command(self, ctx: LaunchContext) -> list[str]:

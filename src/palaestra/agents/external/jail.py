@@ -18,6 +18,7 @@ import signal
 import socket
 import struct
 import sys
+from typing import NoReturn
 
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
@@ -57,9 +58,9 @@ async def _forward(uds: str, client_r: asyncio.StreamReader, client_w: asyncio.S
             w.close()
 
 
-async def _main(args: argparse.Namespace) -> int:
+async def _main(args: argparse.Namespace) -> NoReturn:
     loopback_up()
-    server = await asyncio.start_server(lambda r, w: _forward(args.uds, r, w), "127.0.0.1", args.port)
+    listener = await asyncio.start_server(lambda r, w: _forward(args.uds, r, w), "127.0.0.1", args.port)
     proc = await asyncio.create_subprocess_exec(*args.command, cwd=args.cwd or None)
     loop = asyncio.get_running_loop()
 
@@ -70,8 +71,12 @@ async def _main(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # pid 1 ignores unhandled signals: pass them on
         loop.add_signal_handler(sig, relay, sig)
     code = await proc.wait()
-    server.close()
-    return code if code >= 0 else 128 - code
+    listener.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # No orderly teardown of half-open forwarded connections: as the namespace's init, our exit ends
+    # every process and socket in it anyway.
+    os._exit(code if code >= 0 else 128 - code)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,11 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command given after --")
     try:
         return asyncio.run(_main(args))
-    except FileNotFoundError as exc:
+    except OSError as exc:  # not found, not executable, bad interpreter line ...
         print(f"palaestra jail: cannot start {args.command[0]!r}: {exc}", file=sys.stderr)
         return 127
 
 
 if __name__ == "__main__":
-    os.umask(0o022)
     sys.exit(main())

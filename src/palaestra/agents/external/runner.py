@@ -115,8 +115,8 @@ class ExternalCLIAgent:
             code, stdout, stderr = await self._execute(argv, env)
             calls = endpoint.calls()
         backend = endpoint.backend
-        if backend.errors:
-            raise backend.errors[-1]
+        if backend.errors and calls and calls[-1].response is None and not backend.limit_hit:
+            raise backend.errors[-1]  # the CLI ended on a model error (one it retried past does not count)
         answered = [c for c in calls if c.response is not None]
         if not answered:
             raise AgentError(f"{self.name} CLI exited with status {code} without a model answer: "

@@ -23,19 +23,22 @@ MAX_FILES = 2000
 MAX_FILE_BYTES = 1 << 20
 PULL_MAX_KIB = 96  # under the 100 kB a read_file tool typically returns whole
 SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv"}
-_BEGIN, _END = "__PALAESTRA_FILES_BEGIN__", "__PALAESTRA_FILES_END__"
+_BEGIN, _EXEC, _END = "__PALAESTRA_FILES_BEGIN__", "__PALAESTRA_EXEC__", "__PALAESTRA_FILES_END__"
+
+Snapshot = dict[str, tuple[str, bool]]
 
 
-def snapshot(root: Path) -> dict[str, str]:
-    """sha256 of every regular file (not following links), by path relative to ``root``."""
-    out: dict[str, str] = {}
+def snapshot(root: Path) -> Snapshot:
+    """(sha256, executable) of every regular file (links not followed), by path relative to ``root``."""
+    out: Snapshot = {}
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
         for name in sorted(filenames):
             full = Path(dirpath) / name
             if full.is_symlink() or not full.is_file():
                 continue
-            out[full.relative_to(root).as_posix()] = hashlib.sha256(full.read_bytes()).hexdigest()
+            digest = hashlib.sha256(full.read_bytes()).hexdigest()
+            out[full.relative_to(root).as_posix()] = (digest, bool(full.stat().st_mode & 0o100))
             if len(out) >= MAX_FILES:
                 return out
     return out
@@ -43,25 +46,29 @@ def snapshot(root: Path) -> dict[str, str]:
 
 @dataclass
 class Changes:
-    """What the CLI did to its working directory: text of written files, deleted paths, and the
-    files that could not be carried as text (binary or too large)."""
+    """What the CLI did to its working directory: text of written files, deleted paths, executable
+    bits to set or clear, and the files that could not be carried as text (binary or too large)."""
 
     written: dict[str, str] = field(default_factory=dict)
     deleted: list[str] = field(default_factory=list)
+    chmod: dict[str, bool] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
 
     def as_metadata(self) -> dict[str, Any]:
-        return {"written": self.written, "deleted": self.deleted, "skipped": self.skipped}
+        return {"written": self.written, "deleted": self.deleted, "chmod": self.chmod, "skipped": self.skipped}
 
     def __bool__(self) -> bool:
-        return bool(self.written or self.deleted)
+        return bool(self.written or self.deleted or self.chmod)
 
 
-def diff(root: Path, before: dict[str, str]) -> Changes:
+def diff(root: Path, before: Snapshot) -> Changes:
     after = snapshot(root)
     changes = Changes(deleted=sorted(set(before) - set(after)))
-    for rel, digest in sorted(after.items()):
-        if before.get(rel) == digest:
+    for rel, (digest, executable) in sorted(after.items()):
+        old = before.get(rel)
+        if (old is None and executable) or (old is not None and old[1] != executable):
+            changes.chmod[rel] = executable
+        if old is not None and old[0] == digest:
             continue
         data = (root / rel).read_bytes()
         try:
@@ -70,6 +77,7 @@ def diff(root: Path, before: dict[str, str]) -> Changes:
             changes.written[rel] = data.decode("utf-8")
         except UnicodeDecodeError:
             changes.skipped.append(rel)
+            changes.chmod.pop(rel, None)
     return changes
 
 
@@ -96,15 +104,17 @@ class ToolBridge:
         """Copy the environment's working directory (text files under 96 KiB) into ``root``."""
         if not self.can_list:
             return []
+        find = f"find . -type f -size -{PULL_MAX_KIB}k -not -path '*/.git/*'"
         listing = await self.tools.call("run", {"cmd": (
-            f"echo {_BEGIN}; find . -type f -size -{PULL_MAX_KIB}k "
-            f"-not -path '*/.git/*' 2>/dev/null | head -n {MAX_FILES}; echo {_END}")})
+            f"echo {_BEGIN}; {find} 2>/dev/null | head -n {MAX_FILES}; echo {_EXEC}; "
+            f"{find} -perm -u+x 2>/dev/null | head -n {MAX_FILES}; echo {_END}")})
         text = listing.output if isinstance(listing.output, str) else ""
-        if listing.error or _BEGIN not in text:
+        if listing.error or _BEGIN not in text or _EXEC not in text:
             return []
-        body = text.split(_BEGIN, 1)[1].split(_END, 1)[0]
+        files, _, execs = text.split(_BEGIN, 1)[1].split(_END, 1)[0].partition(_EXEC)
+        executable = {_safe_rel(line) for line in execs.splitlines()}
         pulled = []
-        for line in body.splitlines():
+        for line in files.splitlines():
             rel = _safe_rel(line)
             if rel is None:
                 continue
@@ -114,20 +124,27 @@ class ToolBridge:
             target = root / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(result.output, encoding="utf-8")
+            if rel in executable:
+                target.chmod(0o755)
             pulled.append(rel)
         return pulled
 
     async def push(self, changes: Changes) -> dict[str, str]:
-        """Apply the changes through the tools; returns the paths whose write or delete failed."""
+        """Apply the changes through the tools; returns the paths whose write, delete or chmod failed."""
         failed: dict[str, str] = {}
         if self.can_write:
             for rel, content in changes.written.items():
                 result = await self.tools.call("write_file", {"path": rel, "content": content})
                 if result.error:
                     failed[rel] = str(result.error.get("message", "write failed"))
-        if self.can_run and changes.deleted:
-            cmd = "rm -f -- " + " ".join(shlex.quote(p) for p in changes.deleted)
-            result = await self.tools.call("run", {"cmd": cmd})
+        if not self.can_run:
+            return failed
+        commands = {"rm -f": changes.deleted, "chmod +x": [p for p, x in changes.chmod.items() if x],
+                    "chmod -x": [p for p, x in changes.chmod.items() if not x]}
+        for verb, paths in commands.items():
+            if not paths:
+                continue
+            result = await self.tools.call("run", {"cmd": f"{verb} -- " + " ".join(shlex.quote(p) for p in paths)})
             if result.error:
-                failed.update({p: str(result.error.get("message", "delete failed")) for p in changes.deleted})
+                failed.update({p: str(result.error.get("message", f"{verb} failed")) for p in paths})
         return failed

@@ -8,7 +8,7 @@
   DATA.columns.forEach((c, i) => { C[c] = i; });
   const LIVE = DATA.mode === "live";
   const PAGE = 50;
-  const state = { offset: 0, selected: null, version: null, overviewAt: 0 };
+  const state = { offset: 0, selected: null, version: null, overviewAt: 0, overviewVersion: null };
   const $ = (id) => document.getElementById(id);
 
   function el(tag, props, kids) {
@@ -250,15 +250,17 @@
     try { st = await getJSON("api/status"); } catch (err) { $("live-status").textContent = "viewer server unreachable"; return; }
     $("live-status").textContent = "live · " + st.records + " rollouts" + (st.complete ? "" : " · indexing " +
       Math.round(100 * st.indexed_bytes / Math.max(1, st.size)) + "%") + (st.growing ? " · run in progress" : "");
-    if (st.version === state.version) return;
-    state.version = st.version;
-    const facets = await getJSON("api/facets");
-    fillOptions(facets.tasks, facets.kinds);
-    await refreshList();
-    if (Date.now() - state.overviewAt > 5000 || st.complete) {
-      state.overviewAt = Date.now();
+    if (st.version !== state.version) {
+      state.version = st.version;
+      const facets = await getJSON("api/facets");
+      fillOptions(facets.tasks, facets.kinds);
+      await refreshList();
+    }
+    if (state.overviewVersion !== st.version && Date.now() - state.overviewAt > 5000) {
+      state.overviewAt = Date.now();  /* charts of a big run cost seconds: at most one refresh per 5 s */
       const ov = await getJSON("api/overview");
       $("overview").innerHTML = ov.html; /* server-rendered by overview.py: every value escaped there */
+      state.overviewVersion = ov.version;
     }
   }
 

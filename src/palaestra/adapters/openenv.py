@@ -1,0 +1,198 @@
+"""Run an OpenEnv environment as a Palaestra environment.
+
+OpenEnv (the ``openenv`` package) is a Gym-style contract: ``reset()`` starts an episode and returns an
+observation, ``step(action)`` returns the next observation with a ``reward`` and ``done``. Here:
+
+- ``seed`` opens one OpenEnv episode per Palaestra session and resets it (reset arguments come from
+  the task's ``metadata.reset``, e.g. ``{"seed": 3}`` or a Task-API ``{"split": ..., "index": ...}``);
+  the first observation is shown to the model after the task's prompt;
+- the action space is one tool (``step`` by default) whose parameters are the Action's JSON schema;
+  its output is the next observation with its reward and done flag;
+- ``verify`` scores from OpenEnv's own rewards: their sum (or last / max, see ``reward_mode``), and the
+  episode counts as passed when it is done and the score reaches ``pass_threshold``.
+
+Two ways to reach the environment, chosen by what the subclass sets:
+
+- ``openenv_url`` (or the variable named by ``openenv_url_env``): a running OpenEnv server; each
+  session is an episode on its ``/ws`` WebSocket, through OpenEnv's own client;
+- ``openenv_env`` + ``openenv_action`` (``module:Class`` each): the OpenEnv ``Environment`` class in
+  this process, one instance per session.
+
+Example::
+
+    class Echo(OpenEnvEnvironment):
+        name = "echo"
+        openenv_url = "http://127.0.0.1:8000"
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from palaestra.adapters.common import check_arguments, import_object
+from palaestra.adapters.openenv_sessions import (
+    INSTALL_HINT,
+    LocalSession,
+    OpenEnvSession,
+    RemoteSession,
+    StepOutcome,
+    clean_action_schema,
+    fetch_schema,
+)
+from palaestra.core.environment import Environment
+from palaestra.core.errors import ConfigError, ToolError, UnknownTool
+from palaestra.core.records import Reference, Task, ToolCall, Trajectory, Verdict
+
+
+@dataclass
+class OpenEnvState:
+    task: Task
+    session: OpenEnvSession
+    first: StepOutcome
+    rewards: list[float] = field(default_factory=list)
+    done: bool = False
+
+
+class OpenEnvEnvironment(Environment):
+    """An OpenEnv environment behind Palaestra's session API. Subclass and set where it lives."""
+
+    mechanism = "multi-turn"
+    openenv_url: ClassVar[str | None] = None
+    openenv_url_env: ClassVar[str | None] = None
+    openenv_env: ClassVar[str | None] = None
+    openenv_action: ClassVar[str | None] = None
+    step_tool: ClassVar[str] = "step"
+    step_description: ClassVar[str] = "Take one action in the environment; returns the observation, reward and done."
+    reward_mode: ClassVar[str] = "sum"  # sum | last | max of the step rewards
+    require_done: ClassVar[bool] = True
+    pass_threshold: ClassVar[float] = 1.0
+    timeout_s: ClassVar[float] = 60.0
+
+    def __init__(self) -> None:
+        self._schema: dict[str, Any] | None = None
+        self._classes: tuple[Any, Any] | None = None
+        self._first_seen: dict[int, str] = {}  # id(task) -> first observation, picked up by prompt()
+
+    # ---- where the environment lives -----------------------------------------------------------
+    def url(self) -> str | None:
+        if self.openenv_url_env and os.environ.get(self.openenv_url_env):
+            return os.environ[self.openenv_url_env]
+        return self.openenv_url
+
+    def _local_classes(self) -> tuple[Any, Any]:
+        if self._classes is None:
+            if not (self.openenv_env and self.openenv_action):
+                raise ConfigError(
+                    f"OpenEnv environment '{self.name}' names neither a server nor a class",
+                    hint="set openenv_url (a running server) or openenv_env + openenv_action (module:Class)")
+            if importlib.util.find_spec("openenv") is None:
+                raise ConfigError("OpenEnv is not installed", hint=INSTALL_HINT)
+            self._classes = (import_object(self.openenv_env, "OpenEnv environment"),
+                             import_object(self.openenv_action, "OpenEnv action"))
+        return self._classes
+
+    def _open_session(self) -> OpenEnvSession:
+        url = self.url()
+        if url:
+            return RemoteSession(url, self.timeout_s)
+        env_cls, action_cls = self._local_classes()
+        return LocalSession(env_cls, action_cls)
+
+    def action_schema(self) -> dict[str, Any]:
+        """The tool's parameters: the Action schema, read once (from ``/schema`` or the Action class)."""
+        if self._schema is None:
+            url = self.url()
+            raw = fetch_schema(url) if url else self._local_classes()[1].model_json_schema()
+            self._schema = clean_action_schema(raw)
+        return self._schema
+
+    # ---- tasks and prompt ----------------------------------------------------------------------
+    def reset_args(self, task: Task) -> dict[str, Any]:
+        """Keyword arguments of OpenEnv's ``reset`` for this task (``metadata.reset``)."""
+        args = task.metadata.get("reset") or {}
+        if not isinstance(args, dict):
+            raise ConfigError(f"task '{task.id}': metadata.reset must be an object of reset() arguments")
+        return dict(args)
+
+    def observe(self, outcome: StepOutcome) -> Any:
+        """The observation as the ``step`` tool returns it (JSON). Override to trim or reshape it."""
+        return {k: v for k, v in outcome.observation.items() if not (k == "metadata" and not v)}
+
+    def render(self, outcome: StepOutcome) -> str:
+        """The first observation as text, shown after the task's prompt. Override for a friendlier view."""
+        return json.dumps(self.observe(outcome), ensure_ascii=False, default=str)
+
+    def prompt(self, task: Task) -> list[dict[str, Any]]:
+        messages = super().prompt(task)
+        first = self._first_seen.pop(id(task), None)
+        if first is not None:
+            note = f"Initial observation: {first}"
+            last = messages[-1] if messages else None
+            if last is not None and last.get("role") == "user" and isinstance(last.get("content"), str):
+                last["content"] = f"{last['content']}\n\n{note}" if last["content"] else note
+            else:
+                messages.append({"role": "user", "content": note})
+        return messages
+
+    def tool_schemas(self, task: Task | None = None) -> list[dict[str, Any]]:
+        return [{"type": "function", "function": {"name": self.step_tool, "description": self.step_description,
+                                                  "parameters": self.action_schema()}}]
+
+    # ---- session -------------------------------------------------------------------------------
+    async def seed(self, task: Task) -> OpenEnvState:
+        session = self._open_session()
+        try:
+            first = await session.reset(**self.reset_args(task))
+        except BaseException:
+            await session.close()
+            raise
+        # host.open() calls prompt(task) right after seed() returns, with no await in between
+        self._first_seen[id(task)] = self.render(first)
+        return OpenEnvState(task=task, session=session, first=first, done=first.done)
+
+    async def dynamic_tool(self, state: OpenEnvState, name: str, arguments: Any) -> Any:
+        if name != self.step_tool:
+            raise UnknownTool(f"unknown tool '{name}' in environment '{self.name}'",
+                              hint=f"the only tool is '{self.step_tool}' (one action per call)")
+        action = check_arguments(self.action_schema(), arguments, name)
+        if state.done:
+            raise ToolError("the episode is over (done)", hint="stop acting and give your final answer")
+        outcome = await state.session.step(action)
+        state.rewards.append(outcome.reward or 0.0)
+        state.done = outcome.done
+        return {"observation": self.observe(outcome), "reward": outcome.reward, "done": outcome.done}
+
+    async def close(self, state: OpenEnvState) -> None:
+        self._first_seen.pop(id(state.task), None)
+        await state.session.close()
+
+    # ---- scoring -------------------------------------------------------------------------------
+    def score(self, rewards: list[float]) -> float:
+        if not rewards:
+            return 0.0
+        if self.reward_mode == "last":
+            return rewards[-1]
+        if self.reward_mode == "max":
+            return max(rewards)
+        if self.reward_mode != "sum":
+            raise ConfigError(f"reward_mode '{self.reward_mode}' of '{self.name}'", hint="use sum, last or max")
+        return float(sum(rewards))
+
+    def verify(self, state: OpenEnvState, trajectory: Trajectory) -> Verdict:
+        reward = self.score(state.rewards)
+        passed = (state.done or not self.require_done) and reward >= self.pass_threshold
+        return Verdict(reward=reward, passed=passed, components={"return": float(sum(state.rewards)),
+                                                                 "done": float(state.done)},
+                       metadata={"steps": len(state.rewards), "rewards": state.rewards[-50:]})
+
+    def reference(self, task: Task) -> Reference | None:
+        """Gold actions, when a task row carries them (``metadata.reference_actions``: action objects)."""
+        actions = task.metadata.get("reference_actions")
+        if not isinstance(actions, list):
+            return None
+        return Reference(tool_calls=[ToolCall(name=self.step_tool, arguments=dict(a)) for a in actions],
+                         final_answer=str(task.metadata.get("reference_answer", "done")))

@@ -1,0 +1,91 @@
+"""Commands for interoperability and scaffolding: ``env new``, ``env import harbor``, ``export nemo-gym``.
+
+Mounted by ``cli/main.py``: ``env_new`` as ``palaestra env new``, ``import_app`` as ``palaestra env
+import``, ``export_app`` as ``palaestra export``. Thin wrappers: the logic lives in
+``palaestra.scaffold`` and ``palaestra.adapters``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from palaestra.cli.common import fail
+
+import_app = typer.Typer(no_args_is_help=True, help="Import other libraries' tasks as Palaestra task rows.")
+export_app = typer.Typer(no_args_is_help=True, help="Export a run in other libraries' formats.")
+
+
+def env_new(
+    name: str = typer.Argument(..., help="The environment's name (lowercase, digits, '-' or '_')."),
+    directory: Path | None = typer.Option(None, "--dir", help="Where to write it (default: ./NAME)."),
+) -> None:
+    """Scaffold an environment package (env.py, data, README, test) that passes `env check` as generated."""
+    from palaestra.core.errors import PalaestraError
+    from palaestra.scaffold import class_name, new_env
+
+    try:
+        files = new_env(name, directory)
+    except PalaestraError as exc:
+        fail(exc.message, exc.hint)
+        return
+    root = files[0].parent
+    for path in files:
+        typer.echo(f"wrote {path}")
+    typer.echo(f"next: palaestra env check {root.as_posix()}/env.py:{class_name(name)}")
+
+
+@import_app.command("harbor")
+def import_harbor_cmd(
+    directory: Path = typer.Argument(..., help="A Harbor task directory, or a folder of them."),
+    out: Path | None = typer.Option(None, "--out", help="Write the rows to this JSONL file (default: stdout)."),
+    env: str = typer.Option("terminal", help="The environment the rows are for."),
+    id_prefix: str = typer.Option("harbor-", help="Prefix of every task id."),
+) -> None:
+    """Read Harbor task directories (instruction.md, task.toml, environment/, tests/test.sh) into task rows."""
+    import orjson
+
+    from palaestra.adapters.harbor import import_harbor, write_rows
+    from palaestra.core.errors import PalaestraError
+
+    try:
+        result = import_harbor(directory, env=env, id_prefix=id_prefix)
+    except PalaestraError as exc:
+        fail(exc.message, exc.hint)
+        return
+    for note in result.warnings:
+        typer.secho(f"warning: {note}", fg="yellow", err=True)
+    for note in result.skipped:
+        typer.secho(f"skipped: {note}", fg="red", err=True)
+    if out is None:
+        for task in result.tasks:
+            sys.stdout.write(orjson.dumps(task.model_dump(mode="json", exclude_none=True)).decode() + "\n")
+    else:
+        write_rows(out, result.tasks)
+        typer.echo(f"wrote {len(result.tasks)} task rows to {out}", err=True)
+    if not result.tasks:
+        raise typer.Exit(1)
+
+
+@export_app.command("nemo-gym")
+def export_nemo_gym_cmd(
+    run_dir: Path = typer.Argument(..., help="A run directory (as written by `palaestra eval run`)."),
+    out: Path = typer.Option(..., "--out", help="The NeMo Gym rollouts JSONL to write."),
+) -> None:
+    """Write a run as NeMo Gym rollouts (plus its _materialized_inputs and _failures files)."""
+    from palaestra.adapters.nemo_gym import export_nemo_gym
+    from palaestra.core.errors import PalaestraError
+
+    try:
+        result = export_nemo_gym(run_dir, out)
+    except PalaestraError as exc:
+        fail(exc.message, exc.hint)
+        return
+    typer.echo(f"wrote {result.scored} scored rollouts to {result.rollouts}")
+    typer.echo(f"wrote their inputs to {result.materialized_inputs}")
+    if result.failures is not None:
+        typer.echo(f"wrote {result.failed} failed rollouts (no reward) to {result.failures}")
+    if result.skipped_tasks:
+        typer.secho(f"warning: {len(result.skipped_tasks)} rollouts name tasks missing from tasks.jsonl "
+                    f"(e.g. {result.skipped_tasks[0]}); skipped", fg="yellow", err=True)

@@ -1,0 +1,76 @@
+"""``RolloutService``: the trainer-facing front that mounts environments, builds the policy backend and
+runs jobs (see ``service.Job`` for the scheduling guarantees). One service may run many jobs; the
+environments it mounts are shared between them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from palaestra.core.errors import ConfigError, PalaestraError
+from palaestra.models.base import ModelBackend
+from palaestra.placement import PLACEMENTS, MountedEnv, mount_env
+from palaestra.train.continuation import ContinuationBackend
+from palaestra.train.service import Job
+from palaestra.train.service_types import JobSpec, PolicyEndpoint
+
+
+def make_policy_backend(policy: PolicyEndpoint) -> ModelBackend:
+    """An OpenAI-compatible client for the trainer's endpoint, asking for token ids when told to."""
+    from palaestra.models.factory import TOKEN_CAPTURE_FIELDS
+    from palaestra.models.openai_http import OpenAIBackend
+
+    key = os.environ.get(policy.api_key_env) if policy.api_key_env else None
+    backend: ModelBackend = OpenAIBackend(policy.base_url, model=policy.model, api_key=key, timeout=policy.timeout_s,
+                                          max_concurrency=policy.max_concurrency,
+                                          extra_body=dict(TOKEN_CAPTURE_FIELDS) if policy.capture_tokens else None)
+    return ContinuationBackend(backend) if policy.continue_tokens else backend
+
+
+class RolloutService:
+    def __init__(self) -> None:
+        self.jobs: dict[str, Job] = {}
+        self._envs: dict[tuple[str, str], MountedEnv] = {}
+        self._lock = asyncio.Lock()
+
+    async def _mount(self, name: str, placement: str) -> MountedEnv:
+        async with self._lock:
+            key = (name, placement)
+            if key not in self._envs:
+                self._envs[key] = await mount_env(name, placement)
+            return self._envs[key]
+
+    async def submit(self, spec: JobSpec, *, backend: ModelBackend | None = None) -> Job:
+        """Start a job. ``backend`` (Python API only) replaces the HTTP client of ``spec.policy``, e.g. a
+        ``TrainableLocalBackend`` sharing the trainer's weights; it stays the caller's to close."""
+        if spec.placement not in PLACEMENTS:
+            raise ConfigError(f"unknown placement {spec.placement!r}", hint=f"use one of {', '.join(PLACEMENTS)}")
+        nameless = [t.id for t in spec.tasks if not t.env]
+        if nameless:
+            raise ConfigError(f"task(s) {', '.join(nameless[:5])} name no environment",
+                              hint="set each task's 'env' (a built-in name or a module:Class spec)")
+        envs = {name: await self._mount(name, spec.placement) for name in sorted({t.env for t in spec.tasks})}
+        job = Job(spec, envs, backend or make_policy_backend(spec.policy), owns_backend=backend is None)
+        self.jobs[job.id] = job
+        return job
+
+    def job(self, job_id: str) -> Job:
+        try:
+            return self.jobs[job_id]
+        except KeyError:
+            raise PalaestraError(f"no job {job_id!r}", kind="unknown_job",
+                                 hint="use the job_id POST /jobs answered; finished jobs stay until deleted") from None
+
+    async def forget(self, job_id: str) -> None:
+        """Cancel a job (if running) and drop it."""
+        job = self.job(job_id)
+        await job.cancel()
+        self.jobs.pop(job_id, None)
+
+    async def aclose(self) -> None:
+        for job in list(self.jobs.values()):
+            await job.cancel()
+        self.jobs.clear()
+        for mounted in self._envs.values():
+            await mounted.stop()
+        self._envs.clear()

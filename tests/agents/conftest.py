@@ -1,0 +1,56 @@
+"""Shared pieces for the harness tests: the files environment, the scripted model behind a real proxy,
+and skips for machines without the jail (network namespaces) or without a CLI installed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from palaestra.agents.external import ExternalCLIAgent
+from palaestra.agents.external.adapter import CLIAdapter
+from palaestra.agents.external.netns import isolation_problem
+from palaestra.core.records import Rollout, Task
+from palaestra.models.scripted import ScriptedBackend
+from palaestra.placement import mount_env
+from palaestra.rollout.runner import run_rollout
+from palaestra.server.model_proxy import ModelProxy
+
+FILES_ENV = f"{Path(__file__).parent / 'files_env.py'}:FilesEnv"
+
+# The task every CLI test runs: read a seeded file, write a new one from it, delete another.
+SHELL_STEP = "cat notes.txt > made.txt && echo hi >> made.txt && rm old.txt && echo did-it"
+FILES_TASK = Task(
+    id="cli-files", env="files", input="Create made.txt from notes.txt plus a line 'hi', and delete old.txt.",
+    metadata={"files": {"notes.txt": "seeded\n", "old.txt": "stale\n"},
+              "expect": {"made.txt": "seeded\nhi\n", "notes.txt": "seeded\n"}, "absent": ["old.txt"]},
+)
+
+
+def require_jail() -> None:
+    problem = isolation_problem()
+    if problem is not None:
+        pytest.skip(f"external CLIs need a network namespace here: {problem}")
+
+
+def require_cli(adapter: CLIAdapter) -> None:
+    require_jail()
+    if not adapter.available():
+        pytest.skip(f"{adapter.package} is not installed (bash .ci/setup-agents.sh installs it)")
+
+
+@pytest.fixture
+async def files_env() -> AsyncIterator[Any]:
+    mounted = await mount_env(FILES_ENV, "inprocess")
+    yield mounted.client
+    await mounted.stop()
+
+
+async def run_cli(adapter: CLIAdapter, env: Any, replay: list[dict[str, Any]], task: Task = FILES_TASK,
+                  **agent_kw: Any) -> Rollout:
+    """One real rollout: the CLI, jailed, against the scripted ``replay`` policy behind a ModelProxy."""
+    proxy = ModelProxy(ScriptedBackend("replay", replay=replay))
+    agent = ExternalCLIAgent(adapter, **agent_kw)
+    return await run_rollout(task, env=env, agent=agent, proxy=proxy, model_name="scripted", deadline_s=120)
