@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 
@@ -44,15 +44,16 @@ async def test_token_protected_env_server() -> None:
                             stderr=subprocess.DEVNULL, env={**os.environ, "PALAESTRA_TOKEN": TOKEN})
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(200):
-            try:
-                if httpx.get(base + "/healthz").status_code == 200:  # the health probe stays open
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
-        r = httpx.get(base + "/info")
-        assert r.status_code == 401 and r.json()["error"]["kind"] == "unauthorized"
-        assert httpx.get(base + "/info", headers={"authorization": "Bearer wrong"}).status_code == 401
+        async with httpx.AsyncClient() as raw:
+            for _ in range(200):
+                try:
+                    if (await raw.get(base + "/healthz")).status_code == 200:  # the health probe stays open
+                        break
+                except httpx.TransportError:
+                    await asyncio.sleep(0.05)
+            r = await raw.get(base + "/info")
+            assert r.status_code == 401 and r.json()["error"]["kind"] == "unauthorized"
+            assert (await raw.get(base + "/info", headers={"authorization": "Bearer wrong"})).status_code == 401
         good = HttpEnvClient(base, name="mcqa", token=TOKEN)
         bad = HttpEnvClient(base, name="mcqa")
         try:
