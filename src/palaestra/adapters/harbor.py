@@ -97,20 +97,6 @@ def _dockerfile(path: Path) -> tuple[str | None, str | None, list[str]]:
     return base, workdir, dropped
 
 
-def _test_warnings(path: Path) -> list[str]:
-    """Harbor conventions the ``terminal`` grader does not follow: say so rather than mis-grade."""
-    notes: list[str] = []
-    texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted((path / "tests").rglob("*"))
-             if p.is_file() and p.stat().st_size < (1 << 20)]
-    joined = "\n".join(texts)
-    if "/logs/verifier" in joined:
-        notes.append("tests write their reward under /logs/verifier; terminal reads $PALAESTRA_REWARD_FILE "
-                     "(or the exit code of test.sh): make test.sh exit non-zero on failure or write the reward there")
-    if re.search(r"(?<![\w.$}])/tests/", joined):
-        notes.append("tests refer to /tests/; terminal puts the tests in $TESTS_DIR: use that variable")
-    return notes
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "task"
 
@@ -162,7 +148,6 @@ def harbor_task(path: Path, *, env: str = "terminal", id_prefix: str = "harbor-"
                   *(task_section.get("keywords") or [])]:
         if isinstance(value, str) and value and value not in tags:
             tags.append(value)
-    warnings += _test_warnings(path)
     if taskdir.reference is None:
         warnings.append("no solution/solve.sh: `palaestra env check` cannot play this task's reference")
     task = Task(id=f"{id_prefix}{_slug(name)}", env=env, input=taskdir.instruction, metadata=metadata, tags=tags)

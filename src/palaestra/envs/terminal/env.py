@@ -14,6 +14,7 @@ Tasks: a row's ``metadata.task_dir`` names a task directory (relative: one bundl
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,7 +164,10 @@ class Terminal(Environment):
         provider = provider_for(state.task)
         async with await provider.create(self._spec(state.task, td, "grade", {})) as fresh:
             await fresh.upload_tar(workspace, ".")
-            await _copy_in(fresh, td.tests, {k: 0o755 for k in td.tests}, TESTS_DIR)
+            tests = td.tests
+            if state.task.metadata.get("harbor") is not None:  # imported Harbor task: its fixed paths
+                tests = harbor_paths(tests, fresh.resolve(TESTS_DIR), fresh.resolve(REWARD_FILE))
+            await _copy_in(fresh, tests, {k: 0o755 for k in tests}, TESTS_DIR)
             script = f"{fresh.resolve(TESTS_DIR)}/test.sh"
             result = await fresh.exec(
                 ["/bin/sh", "-c", _SCRIPT, "sh", script], timeout=td.verifier_timeout_s,
@@ -179,6 +183,17 @@ class Terminal(Environment):
             return None
         calls = [ToolCall(name=c["name"], arguments=dict(c.get("arguments") or {})) for c in ref.get("tool_calls", [])]
         return Reference(tool_calls=calls, final_answer=ref.get("final_answer") or "Done.")
+
+
+def harbor_paths(tests: dict[str, bytes], tests_dir: str, reward_file: str) -> dict[str, bytes]:
+    """Harbor's tests live at ``/tests`` and write ``/logs/verifier/reward.txt``; a sandbox has neither
+    (its root is read-only), so those paths in the test files point at this sandbox's own places."""
+    reward_dir = reward_file.rsplit("/", 1)[0]
+    out = {}
+    for rel, data in tests.items():
+        data = data.replace(b"/logs/verifier", reward_dir.encode())
+        out[rel] = re.sub(rb"(?<![\w.$}])/tests/", tests_dir.rstrip("/").encode() + b"/", data)
+    return out
 
 
 async def _copy_in(box: Sandbox, files: dict[str, bytes], modes: dict[str, int], under: str) -> None:
