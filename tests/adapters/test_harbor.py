@@ -114,7 +114,8 @@ async def test_harbor_reward_file_and_tests_path_are_honoured(tmp_path: Path, so
     from palaestra.envs.terminal.env import Terminal
 
     test = ('#!/bin/bash\nmkdir -p /logs/verifier\n'
-            'if [ "$(cat out.txt 2>/dev/null)" = "$(cat /tests/expected.txt)" ]; then echo 1 > /logs/verifier/reward.txt; '
+            'if [ "$(cat out.txt 2>/dev/null)" = "$(cat /tests/expected.txt)" ]; '
+            'then echo 1 > /logs/verifier/reward.txt; '
             'else echo 0 > /logs/verifier/reward.txt; fi\nexit 0\n')
     make_harbor_task(tmp_path, "make-greeting", test=test)
     (tmp_path / "make-greeting" / "tests" / "expected.txt").write_text("hello")
