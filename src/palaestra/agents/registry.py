@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from palaestra.agents.base import Agent
+from palaestra.agents.bash_agent import BashAgent
 from palaestra.agents.single_turn import SingleTurnAgent
 from palaestra.agents.tool_agent import ToolAgent
 from palaestra.core.errors import ConfigError
@@ -38,6 +39,7 @@ def _langgraph(max_steps: int = 16) -> Agent:
 AGENTS: dict[str, Callable[..., Agent]] = {
     "tool": ToolAgent,
     "single": SingleTurnAgent,
+    "bash": BashAgent,
     "codex": _codex,
     "claude-code": _claude_code,
     "mini-swe-agent": _mini_swe_agent,

@@ -30,7 +30,7 @@ def oracle_references(env_specs: Sequence[str]) -> dict[str, Any]:
 # as such (ModelCallRecord.token_capture), never papered over. Off by default: OpenAI itself rejects them.
 TOKEN_CAPTURE_FIELDS = {"logprobs": True, "top_logprobs": 0, "return_token_ids": True}
 
-_SCRIPTED_OPTS = {"latency_ms", "failure_rate", "seed", "text", "accuracy"}
+_SCRIPTED_OPTS = {"latency_ms", "failure_rate", "seed", "text", "accuracy", "file"}
 
 
 def parse_scripted(spec: str) -> tuple[str, dict[str, str]]:
@@ -45,6 +45,24 @@ def parse_scripted(spec: str) -> tuple[str, dict[str, str]]:
         raise ConfigError(f"unknown option(s) {', '.join(unknown)} in model '{spec}'",
                           hint=f"scripted options: {', '.join(sorted(_SCRIPTED_OPTS))}")
     return policy or "oracle", opts
+
+
+def _replay_file(path: str) -> list[dict[str, Any]]:
+    """Recorded assistant messages for ``scripted:replay?file=PATH``: a JSON list or JSONL, one per turn."""
+    import orjson
+
+    try:
+        text = open(path, "rb").read()
+    except OSError as exc:
+        raise ConfigError(f"replay file {path}: {exc.strerror}", hint="give a JSON list or JSONL of messages") from None
+    try:
+        data = orjson.loads(text)
+        return list(data) if isinstance(data, list) else [data]
+    except orjson.JSONDecodeError:
+        try:
+            return [orjson.loads(line) for line in text.splitlines() if line.strip()]
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"replay file {path} is neither a JSON list nor JSONL: {exc}") from None
 
 
 def make_backend(
@@ -70,6 +88,7 @@ def make_backend(
                                seed=int(opts.get("seed", seed)),
                                constant_text=str(opts.get("text", "\\boxed{A}")),
                                accuracy=float(opts.get("accuracy", 1.0)),
+                               replay=_replay_file(opts["file"]) if "file" in opts else None,
                                references=oracle_references(oracle_envs) if oracle_envs else None)
     if spec == "local" or spec.startswith(("local:", "local?")):
         from palaestra.models.local import make_local_backend
