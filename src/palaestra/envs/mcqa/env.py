@@ -39,7 +39,7 @@ class MCQA(Environment):
     domain = "knowledge"
     mechanism = "single-turn"
 
-    def check_task(self, task: Task) -> None:
+    def _checked_options(self, task: Task) -> Options:
         expected = _field(task, "expected_answer")
         if expected is None:
             raise InvalidTask(
@@ -69,10 +69,22 @@ class MCQA(Environment):
             )
         if not task.messages() or not any(str(m.get("content") or "").strip() for m in task.messages()):
             raise InvalidTask(f"mcqa task '{task.id}' has an empty input", hint="put the question in `input`")
+        return options
+
+    # check_task, seed, prompt and verify all need a task's normalized options; a session opens with the
+    # first three on one Task object in a row, so the last result is kept (by identity) for the others.
+    _memo: tuple[Task, Options] | None = None
+
+    def check_task(self, task: Task) -> None:
+        self._memo = (task, self._checked_options(task))
 
     def _options(self, task: Task) -> Options:
+        memo = self._memo
+        if memo is not None and memo[0] is task:
+            return memo[1]
         self.check_task(task)
-        return normalize_options(_field(task, "options"))
+        assert self._memo is not None
+        return self._memo[1]
 
     def prompt(self, task: Task) -> list[dict[str, Any]]:
         """Render lettered options under the question, unless the question already lists them."""
