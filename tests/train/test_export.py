@@ -86,6 +86,7 @@ def test_parquet_export_and_normalisation_option(run_dir: Path, tmp_path: Path) 
     assert table.num_rows == stats.rows == 4  # b/1 dropped on drift
     assert {"prompt_ids", "completion_ids", "completion_mask", "completion_logprobs", "reward", "advantage",
             "group"} <= set(table.column_names)
+    assert str(table.schema.field("drifted_turns").type) == "list<element: int64>"  # fixed, even when all empty
     adv = dict(zip(table.column("rollout_id").to_pylist(), table.column("advantage").to_pylist()))
     assert adv["a-0-1.0"] == pytest.approx(0.5) and adv["a-1-0.0"] == pytest.approx(-0.5)
     assert stats.skipped == {"outcome failed (model)": 1, "1 drifted turn(s) and on_drift='drop'": 1}

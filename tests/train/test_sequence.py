@@ -116,3 +116,13 @@ def test_same_message_ignores_how_an_agent_rebuilt_the_reply() -> None:
     assert same_message(reply, rebuilt)
     assert not same_message(reply, {**rebuilt, "content": "x"})
     assert not same_message({"role": "user", "content": "a"}, {"role": "user", "content": "b"})
+
+
+def test_drift_summary_counts_only_rollouts_with_tokens() -> None:
+    from palaestra.train.sequence import drift_summary
+
+    calls = list(CONTIGUOUS)
+    calls[1] = call([9], [2])  # drifts, and so does the turn after it
+    bare = rollout(ModelCallRecord(request={}, response={"choices": []}, status=200))
+    assert drift_summary([rollout(*CONTIGUOUS), rollout(*calls), bare]) == {
+        "token_drift_rate": 0.5, "checked_turns": 4, "drifted_turns": 2, "rollouts_with_tokens": 2}

@@ -143,3 +143,17 @@ async def test_http_endpoint_round_trip(policy_url: str) -> None:
         no_env = await client.post("/jobs", json={**body, "tasks": [{"id": "x", "input": "hi"}]})
         assert no_env.status_code == 400 and "name no environment" in no_env.json()["error"]["message"]
     await svc.aclose()
+
+
+def test_serve_rollouts_refuses_a_public_bind_without_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from palaestra.cli import train_cmds
+
+    monkeypatch.delenv("PALAESTRA_TOKEN", raising=False)
+    root = typer.Typer()
+    root.command("export")(train_cmds.export)
+    root.add_typer(train_cmds.serve_app, name="serve")
+    result = CliRunner().invoke(root, ["serve", "rollouts", "--host", "0.0.0.0"])
+    assert result.exit_code == 2 and "only loopback" in result.output

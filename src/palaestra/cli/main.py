@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import typer
 
-from palaestra.cli import adapt_cmds, config_cmds, env_cmds, eval_cmds, model_cmds, report_cmds, sandbox_cmds
+from palaestra.cli import (
+    adapt_cmds,
+    config_cmds,
+    env_cmds,
+    eval_cmds,
+    model_cmds,
+    report_cmds,
+    sandbox_cmds,
+    train_cmds,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Palaestra: evaluate LLM agents in stateful environments and collect RL rollouts.")
@@ -19,7 +28,8 @@ app.command("view")(report_cmds.view)
 eval_cmds.app.command("compare")(report_cmds.compare)
 env_cmds.app.command("new")(adapt_cmds.env_new)
 env_cmds.app.add_typer(adapt_cmds.import_app, name="import")
-app.add_typer(adapt_cmds.export_app, name="export")
+app.command("export")(train_cmds.export)
+app.add_typer(train_cmds.serve_app, name="serve")
 
 
 def _version(value: bool) -> None:

@@ -14,7 +14,8 @@ serve_app = typer.Typer(no_args_is_help=True, help="Serve Palaestra to other pro
 
 def export(
     kind: str = typer.Argument(..., help="sft (conversations above --min-reward) | dpo (chosen/rejected pairs per "
-                                         "task) | rl (token ids, loss masks, logprobs, GRPO advantages)."),
+                                         "task) | rl (token ids, loss masks, logprobs, GRPO advantages) | nemo-gym "
+                                         "(rollouts NeMo Gym's tools read)."),
     run_dir: str = typer.Argument(..., help="Run directory written by `palaestra eval run` (or its rollouts.jsonl)."),
     out: str = typer.Option(..., "--out", "-o", help="Output file: *.jsonl or *.parquet."),
     min_reward: float = typer.Option(1.0, help="sft: keep rollouts with at least this reward."),
@@ -26,7 +27,14 @@ def export(
     on_drift: str = typer.Option("per_turn", help="rl: when a turn's prompt does not extend the previous turn's "
                                                   "tokens: per_turn samples | split at the drift | drop."),
 ) -> None:
-    """Export a run as training data (format from the --out suffix)."""
+    """Export a run as training data (format from the --out suffix), or as NeMo Gym rollouts (nemo-gym)."""
+    if kind == "nemo-gym":
+        from pathlib import Path
+
+        from palaestra.cli.adapt_cmds import export_nemo_gym_cmd
+
+        export_nemo_gym_cmd(Path(run_dir), Path(out))
+        return
     from palaestra.train.export import ExportOptions, export_run
 
     options = ExportOptions(min_reward=min_reward, pairs=pairs, min_margin=min_margin, max_pairs_per_task=max_pairs,

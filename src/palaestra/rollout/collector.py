@@ -202,6 +202,12 @@ def write_metrics(run_dir: Path, tasks: list[Task], repeats: int,
     parsed = parse_records(records)
     metrics = compute_metrics(parsed, expected_counts(tasks, repeats))
     metrics["model_usage"] = model_usage(records, prices)
+    with_tokens = [r for r in parsed if isinstance(r, Rollout)
+                   and any(c.generation_token_ids for c in r.trajectory.model_calls)]
+    if with_tokens:  # token fidelity for RL: how many turns extend the previous turn's exact tokens
+        from palaestra.train.sequence import drift_summary
+
+        metrics["token_fidelity"] = drift_summary(with_tokens)
     hooks = env_metrics(parsed)
     if hooks:
         metrics["env_metrics"] = hooks

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 
@@ -81,9 +81,33 @@ def output_format(out: Path) -> str:
     raise ConfigError(f"cannot tell the output format of {out}", hint="name the file *.jsonl or *.parquet")
 
 
-def write_rows(rows: list[Row], out: Path) -> None:
+def arrow_schema(kind: str) -> Any:
+    """One fixed schema per kind, so every export of a kind concatenates with every other (inferring it
+    would turn an always-empty list column into ``list<null>`` in one file and ``list<int64>`` in another)."""
+    import pyarrow as pa
+
+    ints, text, num = pa.list_(pa.int64()), pa.string(), pa.float64()
+    call = pa.struct([("id", text), ("type", text), ("function", pa.struct([("name", text), ("arguments", text)]))])
+    message = pa.list_(pa.struct([("role", text), ("content", text), ("tool_calls", pa.list_(call)),
+                                  ("tool_call_id", text), ("name", text)]))
+    fields = {
+        "sft": [("messages", message), ("tools", text), ("reward", num), ("task_id", text), ("env", text),
+                ("rollout_id", text)],
+        "dpo": [("prompt", message), ("chosen", message), ("rejected", message), ("tools", text),
+                ("chosen_reward", num), ("rejected_reward", num), ("task_id", text), ("env", text),
+                ("chosen_rollout_id", text), ("rejected_rollout_id", text)],
+        "rl": [("rollout_id", text), ("task_id", text), ("env", text), ("group", text), ("repeat", pa.int64()),
+               ("sample_index", pa.int64()), ("num_samples", pa.int64()), ("prompt_ids", ints),
+               ("completion_ids", ints), ("completion_mask", ints), ("completion_logprobs", pa.list_(num)),
+               ("reward", num), ("advantage", num), ("turns", ints), ("drifted", pa.bool_()),
+               ("drifted_turns", ints)],
+    }
+    return pa.schema(fields[kind]) if kind in fields else None
+
+
+def write_rows(rows: list[Row], out: Path, kind: str | None = None) -> None:
     """Write atomically (a temporary file renamed into place): a half-written export is never mistaken
-    for a whole one by a trainer that polls for it."""
+    for a whole one by a trainer that polls for it. ``kind`` gives Parquet its fixed schema."""
     fmt = output_format(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -100,7 +124,7 @@ def write_rows(rows: list[Row], out: Path) -> None:
                                                                   "*.jsonl") from None
         flat = [{k: (orjson.dumps(v).decode() if k in JSON_COLUMNS and v is not None else v)
                  for k, v in row.items()} for row in rows]
-        pq.write_table(pa.Table.from_pylist(flat), tmp)
+        pq.write_table(pa.Table.from_pylist(flat, schema=arrow_schema(kind) if kind else None), tmp)
     os.replace(tmp, out)
 
 
@@ -118,5 +142,5 @@ def export_run(kind: str, run_dir: str | Path, out: str | Path, options: ExportO
                 "rl": "collect with the local model or an endpoint that returns token ids (--capture-tokens)"}
         raise ConfigError(f"no {kind} rows from {len(rollouts)} rollout(s) in {run_dir}: {reasons}",
                           hint=hint.get(kind))
-    write_rows(rows, Path(out))
+    write_rows(rows, Path(out), kind)
     return stats

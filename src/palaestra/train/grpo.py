@@ -23,7 +23,7 @@ Row = dict[str, Any]
 
 @dataclass
 class UpdateStats:
-    loss: float
+    loss: float  # mean over the minibatches
     tokens: int
     rows: int
     clipped_fraction: float
@@ -96,5 +96,5 @@ def grpo_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[Row
         total_tokens += tokens
     model.eval()
     optimizer.zero_grad(set_to_none=True)
-    return UpdateStats(total_loss, total_tokens, len(useful), clipped / max(total_tokens, 1),
+    return UpdateStats(total_loss / (m + 1), total_tokens, len(useful), clipped / max(total_tokens, 1),
                        ratio_sum / max(total_tokens, 1), gap)

@@ -169,3 +169,12 @@ def token_drift_rate(results: list[SequenceResult]) -> float:
     """Drifted turns over checked turns (turns after the first of a rollout); 0.0 when none were checked."""
     checked = sum(r.checked for r in results)
     return sum(len(r.drifts) for r in results) / checked if checked else 0.0
+
+
+def drift_summary(rollouts: list[Rollout]) -> dict[str, float | int]:
+    """Token-fidelity figures of a run, for ``metrics.json``: how many turns could be checked for prefix
+    contiguity and how many drifted (only rollouts whose model calls carry token ids count)."""
+    results = [build_samples(r) for r in rollouts]
+    counted = [r for r in results if r.turns]
+    return {"token_drift_rate": token_drift_rate(counted), "checked_turns": sum(r.checked for r in counted),
+            "drifted_turns": sum(len(r.drifts) for r in counted), "rollouts_with_tokens": len(counted)}

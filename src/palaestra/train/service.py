@@ -26,6 +26,7 @@ from typing import Any, Literal, cast
 from palaestra.agents.registry import make_agent
 from palaestra.core.errors import ConfigError
 from palaestra.core.records import Outcome, Rollout, Task
+from palaestra.core.secrets import redact_url
 from palaestra.models.base import ModelBackend
 from palaestra.placement import MountedEnv
 from palaestra.rollout.runner import run_rollout
@@ -197,8 +198,9 @@ class Job:
         rid = uuid.uuid4().hex
         try:
             return await run_rollout(task, env=self._envs[task.env].client, agent=self._agent, proxy=self._proxy,
-                                     model_name=self.spec.policy.model or self.spec.policy.base_url, repeat=index,
-                                     deadline_s=self.spec.rollout_deadline_s, sampling=sampling, rollout_id=rid)
+                                     model_name=self.spec.policy.model or redact_url(self.spec.policy.base_url),
+                                     repeat=index, deadline_s=self.spec.rollout_deadline_s, sampling=sampling,
+                                     rollout_id=rid)
         finally:
             self._proxy.unregister(rid)
             forget = getattr(self._backend, "forget", None)
