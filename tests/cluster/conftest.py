@@ -31,7 +31,7 @@ def ray_cluster() -> Iterator[LocalCluster]:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the driver (this process) needs the cluster's token
     try:
-        import ray  # noqa: F401  (after the token is in the environment: Ray reads it on import)
+        import ray  # after the token is in the environment: Ray reads it on import
     except ImportError:
         pytest.skip("the [ray] extra is not installed")
     tmp = Path(tempfile.mkdtemp(prefix="pal-ray-", dir="/tmp"))  # short: Ray's socket paths have a length cap

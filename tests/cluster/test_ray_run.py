@@ -3,6 +3,7 @@ and losing an environment replica or a whole worker node mid-run loses no rollou
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -66,18 +67,24 @@ async def test_killing_an_environment_replica_mid_run_fails_only_its_rollouts(ra
                                                                              tmp_path: Path) -> None:
     killed: list[int] = []
 
+    def kill() -> None:
+        import ray  # this process is the driver: ask the run's own replica for its process id
+
+        name = next(n for n in ray.util.list_named_actors() if "-mcqa-" in n)
+        info = ray.get(ray.get_actor(name).ping.remote(), timeout=30)
+        os.kill(info["pid"], signal.SIGKILL)
+        killed.append(info["sessions"])
+
     def kill_a_replica(rollout: Rollout, final: bool) -> None:
         if not killed and rollout.outcome.status == "scored":
-            pid = ray_cluster.head.pid_of("ray::EnvReplica") or ray_cluster.worker.pid_of("ray::EnvReplica")
-            assert pid is not None, "no environment replica process found"
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
+            killed.append(0)  # mid-wave: the next rollouts' sessions are open, waiting on the model
+            asyncio.get_running_loop().call_later(0.15, kill)
 
     cfg = RunConfig(env="mcqa", limit=12, repeats=2, model="scripted:oracle?latency_ms=400", concurrency=8,
                     placement="ray", out=str(tmp_path / "run"),
                     cluster=f"ray:{ray_cluster.address}?workers=2&env_replicas=2")
     result = await run_eval(cfg, on_rollout=kill_a_replica)
-    assert killed
+    assert len(killed) == 2 and killed[1] > 0, "the replica was not killed while it held sessions"
     ids = [t.id for t in load_env("mcqa").examples()[:12]]
     records = _assert_nothing_lost(tmp_path / "run", {(i, r) for i in ids for r in range(2)})
     failed = [r for r in records if r["outcome"]["status"] == "failed"]
@@ -90,19 +97,25 @@ async def test_killing_an_environment_replica_mid_run_fails_only_its_rollouts(ra
 async def test_killing_the_worker_node_mid_run_loses_nothing(ray_cluster: Any, tmp_path: Path) -> None:
     killed: list[int] = []
 
+    def kill() -> None:
+        node = ray_cluster.worker  # the whole node at once: its raylet, rollout worker and replica processes
+        pids = [p for p in node.pids() if p != node.process.pid and any(
+            k in node.cmdline(p) for k in ("raylet/raylet", "ray::RolloutWorker", "ray::EnvReplica"))]
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        killed.append(len(pids))
+
     def kill_worker_node(rollout: Rollout, final: bool) -> None:
         if not killed and rollout.outcome.status == "scored":
-            raylet = ray_cluster.worker.pid_of("raylet/raylet")
-            assert raylet is not None
-            os.kill(raylet, signal.SIGKILL)  # the node's rollout workers and replicas go with it
-            killed.append(raylet)
+            killed.append(1)  # mid-wave, with the next rollouts in flight
+            asyncio.get_running_loop().call_later(0.15, kill)
 
     rows = _counter_rows(tmp_path / "tasks.jsonl", 12)
     cfg = RunConfig(input=str(rows), env=f"{FIXTURES / 'counter_env.py'}:CounterEnv", repeats=2,
                     model="scripted:oracle?latency_ms=300", concurrency=8, placement="ray",
                     out=str(tmp_path / "run"), cluster=f"ray:{ray_cluster.address}?workers=2&env_replicas=2")
     result = await run_eval(cfg, on_rollout=kill_worker_node)
-    assert killed
+    assert len(killed) == 2 and killed[1] >= 2, "the worker node's raylet and rollout worker were not found"
     records = _assert_nothing_lost(tmp_path / "run", {(f"c{i}", r) for i in range(12) for r in range(2)})
     failed = [r for r in records if r["outcome"]["status"] == "failed"]
     assert failed, "the node was killed with rollouts in flight, so some attempts must have failed"

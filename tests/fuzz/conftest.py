@@ -3,12 +3,24 @@ the shared strategies module on ``sys.path`` (the suite imports with ``--import-
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis.configuration import set_hypothesis_home_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# Hypothesis keeps caches (constants, unicode tables) in ./.hypothesis even without an example database;
+# keep them out of the working tree and remove them when the session ends.
+_HYPOTHESIS_HOME = Path(tempfile.mkdtemp(prefix="palaestra-hypothesis-"))
+set_hypothesis_home_dir(_HYPOTHESIS_HOME)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_HYPOTHESIS_HOME, ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 T = TypeVar("T")
@@ -17,11 +17,14 @@ _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_
            HealthCheck.large_base_example]
 
 
-def ci(max_examples: int) -> settings:
-    """The default CI run: a fixed budget, derandomized so a green build stays green (and a red one red),
-    no example database (nothing written to the working tree), no per-example deadline (slow runners)."""
+def ci(max_examples: int, *, shrink: bool = False) -> settings:
+    """The default CI run: a fixed budget, derandomized (the same examples every run of the same test
+    selection), no example database (nothing written to the working tree), no per-example deadline (slow
+    runners), and no shrinking: shrinking a failing rollout can outlast the per-test timeout, so CI reports
+    the raw failing example with a ``@reproduce_failure`` blob; the ``fuzz`` variants shrink."""
+    phases = list(Phase) if shrink else [Phase.explicit, Phase.reuse, Phase.generate]
     return settings(max_examples=max_examples, deadline=None, database=None, derandomize=True,
-                    suppress_health_check=_HEALTH, print_blob=True)
+                    suppress_health_check=_HEALTH, print_blob=True, phases=phases)
 
 
 def long(max_examples: int) -> settings:

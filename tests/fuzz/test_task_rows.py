@@ -137,7 +137,7 @@ def test_task_files_never_crash_the_loader(tmp_path: Path) -> None:
 
 
 def test_parse_row_raises_only_value_errors() -> None:
-    _rows_property(ci(200))
+    _rows_property(ci(150))
 
 
 @pytest.mark.fuzz

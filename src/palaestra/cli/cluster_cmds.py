@@ -50,6 +50,7 @@ def slurm(
     model_port: int = typer.Option(8000, "--model-port"),
     model_server_nodes: str = typer.Option("all", "--model-server-nodes", help="all | workers (not the head)."),
     model_timeout_s: int = typer.Option(1800, "--model-timeout", help="Seconds a model server may take to load."),
+    start_timeout_s: int = typer.Option(300, "--start-timeout", help="Seconds the Ray nodes may take to join."),
 ) -> None:
     """Write (and with --submit, submit) an sbatch script for `palaestra eval run`.
 
@@ -57,14 +58,16 @@ def slurm(
     `palaestra cluster slurm -N 4 --gpus-per-node 8 --submit -- --env mcqa -k 8 -o runs/mcqa`."""
     import sys
 
-    from palaestra.cluster.slurm import SlurmJob, render, submit as sbatch
+    from palaestra.cluster.slurm import SlurmJob, render
+    from palaestra.cluster.slurm import submit as sbatch
 
     job = SlurmJob(eval_args=list(ctx.args), nodes=nodes, job_name=job_name, time=time, partition=partition,
                    account=account, cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node, output=output,
                    sbatch_options=list(sbatch_option), setup=list(setup), python=python or sys.executable,
                    ray_port=ray_port, node_ip=node_ip, object_store_mb=object_store_mb, ray_options=list(ray_option),
                    cluster_options=cluster_options, model_server=model_server, model_port=model_port,
-                   model_server_nodes=model_server_nodes, model_timeout_s=model_timeout_s)
+                   model_server_nodes=model_server_nodes, model_timeout_s=model_timeout_s,
+                   start_timeout_s=start_timeout_s)
     text = guarded(render, job)
     path = Path(script)
     path.write_text(text)

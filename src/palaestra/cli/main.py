@@ -7,6 +7,7 @@ import typer
 
 from palaestra.cli import (
     adapt_cmds,
+    cluster_cmds,
     config_cmds,
     env_cmds,
     eval_cmds,
@@ -30,6 +31,7 @@ env_cmds.app.command("new")(adapt_cmds.env_new)
 env_cmds.app.add_typer(adapt_cmds.import_app, name="import")
 app.command("export")(train_cmds.export)
 app.add_typer(train_cmds.serve_app, name="serve")
+app.add_typer(cluster_cmds.app, name="cluster")
 
 
 def _version(value: bool) -> None:

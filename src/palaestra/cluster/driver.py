@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from palaestra.cluster.fleet import Fleet, WorkerSlot
 from palaestra.cluster.runtime import connect
@@ -24,7 +24,9 @@ from palaestra.rollout.config import RunConfig
 from palaestra.rollout.journal import Journal
 from palaestra.rollout.runner import new_rollout_id
 
-ProgressFn = Any  # Callable[[Rollout, bool], None], as in rollout.collector
+if TYPE_CHECKING:
+    from palaestra.rollout.collector import ProgressFn
+
 CLUSTER_JSON = "cluster.json"  # where the run's actors ran, and how many attempts were lost with workers
 ANSWER_GRACE_S = 120.0  # beyond the rollout deadline, before a silent worker is given up on
 
@@ -69,6 +71,8 @@ class RayCollector:
         self.placement: dict[str, Any] = {}
 
     async def collect(self, pending: list[tuple[Task, int, int]]) -> None:
+        from palaestra.rollout.collector import run_all_or_none
+
         conn = connect(self.spec)
         try:
             specs = sorted({t.model or self.cfg.model for t in self.tasks})
@@ -89,7 +93,7 @@ class RayCollector:
                         await self._one(task, repeat, first, journal)
 
                 n = min(self.cfg.concurrency, len(pending)) or 1
-                await asyncio.gather(*(lane() for _ in range(n)))
+                await run_all_or_none([lane() for _ in range(n)])  # a full disk or no worker left ends it all
         finally:
             if self.fleet is not None:
                 await self.fleet.stop()
@@ -115,7 +119,7 @@ class RayCollector:
                                 f"rollout worker {slot.index} ({slot.info.get('host', '?')}) was lost mid-rollout: "
                                 f"{type(exc).__name__}: {_first_line(exc)}")
         except asyncio.TimeoutError:
-            self.conn_cancel(ref)
+            self._cancel(ref)
             self.fleet.suspect(slot)
             self.lost += 1
             return lost_attempt(task, self.cfg, repeat, attempt, started,
@@ -128,11 +132,12 @@ class RayCollector:
         finally:
             await self.fleet.release(slot)
 
-    def conn_cancel(self, ref: Any) -> None:
+    @staticmethod
+    def _cancel(ref: Any) -> None:
         import ray
 
         try:
-            ray.cancel(ref, force=True)
+            ray.cancel(ref)  # an async actor task: its coroutine is cancelled, the worker lives on
         except Exception:  # the worker is already gone
             pass
 

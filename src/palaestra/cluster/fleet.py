@@ -13,6 +13,7 @@ from typing import Any
 
 from palaestra.cluster.runtime import ClusterError, Connection
 from palaestra.cluster.spec import ClusterSpec
+from palaestra.core.errors import PalaestraError
 from palaestra.rollout.config import RunConfig
 
 WORKER_RESTARTS = 4  # per worker: a node lost now and then is survivable, a crash loop is not
@@ -30,6 +31,8 @@ class WorkerSlot:
 
 
 class Fleet:
+    """Owns every actor of one run, so that nothing of the run outlives it on a shared cluster."""
+
     def __init__(self, conn: Connection, spec: ClusterSpec, cfg: RunConfig, envs: dict[str, str],
                  model_specs: list[str]) -> None:
         self.conn = conn
@@ -43,6 +46,7 @@ class Fleet:
         self.replica_names: dict[str, list[str]] = {}
         self.workers: list[WorkerSlot] = []
         self.replica_nodes: set[str | None] = set()
+        self.replica_cpus = spec.env_cpus
         self._changed = asyncio.Condition()
         self._checks: set[asyncio.Task[None]] = set()
 
@@ -60,11 +64,30 @@ class Fleet:
         n = int(cpus // per) if per > 0 else self.conn.alive_nodes()
         return max(1, min(64, n, self.cfg.concurrency))
 
+    def check_fits(self, workers: int) -> None:
+        """Refuse at once what could never be placed, instead of waiting out the start timeout. Replicas
+        reserve a sliver of CPU only so that Ray spreads them; where the sliver is what does not fit, they
+        reserve none (and spread as Ray sees fit)."""
+        total = self.conn.resources().get("CPU", 0.0)
+        need = workers * self.spec.worker_cpus
+        replicas = self.spec.env_replicas * len(self.envs) if self.uses_replicas else 0
+        if need + self.replica_cpus * replicas > total + 1e-9 and need <= total + 1e-9 and self.replica_cpus < 0.5:
+            self.replica_cpus = 0.0
+        need += self.replica_cpus * replicas
+        if need > total + 1e-9:
+            raise ClusterError(
+                f"{workers} rollout workers at {self.spec.worker_cpus:g} CPU"
+                + (f" and {replicas} environment replicas at {self.replica_cpus:g} CPU" if replicas else "")
+                + f" need {need:g} CPUs; the cluster has {total:g}",
+                hint="lower ?workers= or ?worker_cpus= in --cluster (or ?cpus= for ray:local), or add nodes")
+
     async def start(self) -> None:
         ray = self.conn.ray
         from palaestra.cluster.envactors import EnvReplica
         from palaestra.cluster.worker import RolloutWorker
 
+        count = self.worker_count()
+        self.check_fits(count)
         pings: list[Any] = []
         if self.uses_replicas:
             replica_cls = ray.remote(EnvReplica)
@@ -72,13 +95,13 @@ class Fleet:
             for name, spec in sorted(self.envs.items()):
                 names = [f"palaestra-{tag}-{name}-{i}" for i in range(self.spec.env_replicas)]
                 self.replicas[name] = [replica_cls.options(
-                    name=n, num_cpus=self.spec.env_cpus, max_restarts=REPLICA_RESTARTS,
+                    name=n, num_cpus=self.replica_cpus, max_restarts=REPLICA_RESTARTS,
                     scheduling_strategy="SPREAD", max_concurrency=4096).remote(spec, self.envs) for n in names]
                 self.replica_names[name] = names
                 pings += [r.ping.remote() for r in self.replicas[name]]
         worker_cls = ray.remote(RolloutWorker)
         cfg = self.cfg.model_dump(mode="json")
-        for i in range(self.worker_count()):
+        for i in range(count):
             actor = worker_cls.options(num_cpus=self.spec.worker_cpus, max_restarts=WORKER_RESTARTS,
                                        max_task_retries=0, scheduling_strategy="SPREAD",
                                        max_concurrency=self.cfg.concurrency + 16).remote(
@@ -96,6 +119,8 @@ class Fleet:
                 hint="lower ?workers= or ?worker_cpus= in --cluster, add nodes, or raise ?start_timeout_s=") from None
         except Exception as exc:
             cause = getattr(exc, "cause", None) or exc
+            if isinstance(cause, PalaestraError):  # e.g. a bad model spec: its own message and fix say it best
+                raise cause from None
             raise ClusterError(f"starting the run's actors on the cluster failed: {type(cause).__name__}: {cause}",
                                hint="is palaestra installed (same version) on every node? see the message above"
                                ) from None

@@ -90,6 +90,11 @@ class RayNode:
                 return pid
         return None
 
+    @staticmethod
+    def cmdline(pid: int) -> str:
+        """A process's command line (Ray's workers show their role there, e.g. ``ray::RolloutWorker``)."""
+        return _cmdline(pid)
+
     def alive(self) -> bool:
         return self.process.poll() is None
 

@@ -21,12 +21,32 @@ import urllib.error
 import urllib.request
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _port_open(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
+            return True
+    except OSError:
+        return False
+
+
 def wait_nodes(argv: list[str]) -> int:
-    """Exit 0 once ``--nodes`` nodes are alive in the cluster at ``--address``; 1 with a reason otherwise."""
+    """Exit 0 once ``--nodes`` nodes are alive in the cluster at ``--address``; 1 with a reason otherwise.
+
+    ``--watch-pid`` names the step that runs the head: if it dies, waiting longer is pointless."""
     p = argparse.ArgumentParser(prog="raycli wait-nodes")
     p.add_argument("--address", required=True)
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--watch-pid", type=int, default=None)
     args = p.parse_args(argv)
     from palaestra.cluster.runtime import LOOPBACK_IP, import_ray
     from palaestra.cluster.spec import LOOPBACK
@@ -34,27 +54,29 @@ def wait_nodes(argv: list[str]) -> int:
     ray = import_ray()
     host = args.address.rsplit(":", 1)[0]
     end = time.monotonic() + args.timeout
-    alive = 0
-    while True:  # the head itself may still be starting: retry the connection too
-        try:
-            if not ray.is_initialized():
+    alive, last = 0, "the head's port is not open yet"
+    while time.monotonic() < end:
+        if args.watch_pid and not _alive(args.watch_pid):
+            print(f"palaestra: the Ray head (process {args.watch_pid}) exited; see its error above",
+                  file=sys.stderr)
+            return 1
+        if not ray.is_initialized() and _port_open(args.address):  # ray.init would block for long otherwise
+            try:
                 kw = {"_node_ip_address": LOOPBACK_IP} if host in LOOPBACK else {}
                 ray.init(address=args.address, log_to_driver=False, configure_logging=False, **kw)
+            except (ConnectionError, RuntimeError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+        if ray.is_initialized():
             alive = sum(1 for n in ray.nodes() if n.get("Alive"))
             if alive >= args.nodes:
-                print(f"palaestra: {alive} Ray nodes alive at {args.address}", flush=True)
+                print(f"palaestra: {alive} Ray node(s) alive at {args.address}", flush=True)
                 ray.shutdown()
                 return 0
-        except (ConnectionError, RuntimeError) as exc:
-            last = f"{type(exc).__name__}: {exc}"
-            if time.monotonic() > end:
-                print(f"palaestra: cannot reach the Ray head at {args.address}: {last}", file=sys.stderr)
-                return 1
-        if time.monotonic() > end:
-            print(f"palaestra: only {alive} of {args.nodes} Ray nodes joined {args.address} within "
-                  f"{args.timeout:g} s; see the Ray logs of the missing nodes", file=sys.stderr)
-            return 1
+            last = f"{alive} of {args.nodes} nodes have joined"
         time.sleep(1.0)
+    print(f"palaestra: the Ray cluster at {args.address} was not ready within {args.timeout:g} s ({last}); "
+          "see the Ray logs of the missing nodes", file=sys.stderr)
+    return 1
 
 
 def node_ip(how: str) -> str:
@@ -85,7 +107,7 @@ def wait_http(argv: list[str]) -> int:
     last = ""
     while time.monotonic() < end:
         try:
-            with urllib.request.urlopen(args.url, timeout=10) as resp:  # noqa: S310 (the script's own URL)
+            with urllib.request.urlopen(args.url, timeout=10) as resp:
                 if resp.status == 200:
                     print(f"palaestra: {args.url} is up", flush=True)
                     return 0

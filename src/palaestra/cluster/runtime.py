@@ -3,6 +3,7 @@ on loopback, and start or join the cluster a ``ClusterSpec`` names."""
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 from dataclasses import dataclass
@@ -75,14 +76,16 @@ def connect(spec: ClusterSpec) -> Connection:
     ray = import_ray()
     if ray.is_initialized():
         return Connection(ray, "(already connected)", owned=False)
+    if spec.local and "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ:
+        # a private cluster gets a private token (inherited by its processes), rather than Ray
+        # writing one into ~/.ray or reusing another cluster's
+        os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
     _auth_from_env()
     kw: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     if spec.local:
-        if "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ:
-            # a private cluster gets a private token (inherited by its processes), rather than Ray
-            # writing one into ~/.ray or reusing another cluster's
-            os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
-        kw.update(num_cpus=spec.cpus or os.cpu_count() or 1, include_dashboard=False,
+        # logical CPUs are scheduling tokens: by default, enough for the workers asked for plus the replicas
+        wanted = math.ceil((spec.workers or 0) * spec.worker_cpus) + 1
+        kw.update(num_cpus=spec.cpus or max(os.cpu_count() or 1, wanted), include_dashboard=False,
                   object_store_memory=spec.object_store_mb * 1024 * 1024, _node_ip_address=LOOPBACK_IP)
         where = "a private local cluster"
     else:

@@ -131,14 +131,16 @@ echo "palaestra: Ray head on $HEAD ($ADDRESS), ${{#NODES[@]}} node(s): ${{NODES[
 srun --nodes=1 --ntasks=1 --overlap -w "$HEAD" "$PY" -m palaestra.cluster.raycli start --head --block \\
   --node-ip-address={q(job.node_ip)} --port="$RAY_PORT" --include-dashboard=false "${{RAY_OPTS[@]}}" &
 STEPS+=($!)
-"$PY" -m palaestra.cluster.raycli wait-nodes --address "$ADDRESS" --nodes 1 --timeout {job.start_timeout_s} || exit 1
+HEAD_STEP=$!
+"$PY" -m palaestra.cluster.raycli wait-nodes --address "$ADDRESS" --nodes 1 --timeout {job.start_timeout_s} \\
+  --watch-pid "$HEAD_STEP" || exit 1
 for node in "${{NODES[@]:1}}"; do
   srun --nodes=1 --ntasks=1 --overlap -w "$node" "$PY" -m palaestra.cluster.raycli start --block \\
     --address="$ADDRESS" --node-ip-address={q(job.node_ip)} "${{RAY_OPTS[@]}}" &
   STEPS+=($!)
 done
 "$PY" -m palaestra.cluster.raycli wait-nodes --address "$ADDRESS" --nodes "${{#NODES[@]}}" \\
-  --timeout {job.start_timeout_s} || exit 1
+  --timeout {job.start_timeout_s} --watch-pid "$HEAD_STEP" || exit 1
 {model_block}
 "$PY" -m palaestra.cli.main eval run {" ".join(q(a) for a in job.eval_args)} \\
   --cluster "{cluster}" "${{EVAL_MODEL[@]}}"

@@ -43,9 +43,9 @@ class RolloutWorker:
             register_alias(name, spec)
         for name, spec in sorted(self.env_specs.items()):
             if self.replicas is not None:
-                from palaestra.cluster.envactors import RayEnvClient
-
                 import ray
+
+                from palaestra.cluster.envactors import RayEnvClient
 
                 handles = [ray.get_actor(n) for n in self.replicas[name]]
                 self.envs[name] = RayEnvClient(name, handles, offset=self.index)
