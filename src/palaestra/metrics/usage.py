@@ -7,6 +7,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 
+def _count(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+        and abs(value) < 2**62 else 0
+
+
 def model_usage(records: Iterable[Mapping[str, Any]], prices: Mapping[str, float] | None = None
                 ) -> dict[str, dict[str, Any]]:
     """``{model: {"calls", "prompt_tokens", "completion_tokens", "cost"?}}`` over every attempt's calls.
@@ -14,14 +19,18 @@ def model_usage(records: Iterable[Mapping[str, Any]], prices: Mapping[str, float
     Failed attempts count too: their calls were made and paid for."""
     out: dict[str, dict[str, Any]] = {}
     for r in records:
-        traj = r.get("trajectory") or {}
-        for call in traj.get("model_calls") or []:
+        traj = r.get("trajectory") if isinstance(r, Mapping) else None
+        calls = traj.get("model_calls") if isinstance(traj, Mapping) else None
+        for call in calls if isinstance(calls, list) else []:
+            if not isinstance(call, Mapping):
+                continue  # a record it cannot read is skipped: compute_metrics reports invalid records
             name = call.get("routed_to") or r.get("model") or "?"
-            row = out.setdefault(name, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
-            usage = call.get("usage") or {}
+            row = out.setdefault(str(name), {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+            usage = call.get("usage")
+            usage = usage if isinstance(usage, Mapping) else {}
             row["calls"] += 1
-            row["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
-            row["completion_tokens"] += int(usage.get("completion_tokens") or 0)
+            row["prompt_tokens"] += _count(usage.get("prompt_tokens"))
+            row["completion_tokens"] += _count(usage.get("completion_tokens"))
     for name, row in out.items():
         if prices and name in prices:
             row["cost"] = (row["prompt_tokens"] + row["completion_tokens"]) * prices[name] / 1e6
