@@ -138,32 +138,23 @@ def _responses_property(cfg: settings) -> None:
     prop()
 
 
-TRANSLATOR_BUG = (
-    "BUG wire/translate.py: the translators index into nested fields without checking their types, so a "
-    "malformed body raises AttributeError/TypeError/KeyError/ValueError instead of TranslationError (the "
-    "proxy then answers 500 'internal' instead of 400); see test_translator_bug for each input")
 
-
-@pytest.mark.xfail(strict=True, reason=TRANSLATOR_BUG)
 def test_request_translators_raise_only_translation_error() -> None:
     _requests_property(ci(150))
 
 
-@pytest.mark.xfail(strict=True, reason=TRANSLATOR_BUG)
 def test_response_translators_raise_only_translation_error() -> None:
     _responses_property(ci(150))
 
 
 @pytest.mark.fuzz
 @pytest.mark.timeout(3600)
-@pytest.mark.xfail(reason=TRANSLATOR_BUG)
 def test_request_translators_long() -> None:
     _requests_property(long(20000))
 
 
 @pytest.mark.fuzz
 @pytest.mark.timeout(3600)
-@pytest.mark.xfail(reason=TRANSLATOR_BUG)
 def test_response_translators_long() -> None:
     _responses_property(long(20000))
 
@@ -182,7 +173,7 @@ def test_well_formed_bodies_translate() -> None:
     assert [o["type"] for o in tr.chat_to_responses(resp)["output"]] == ["message", "function_call"]
 
 
-# ---- each input that breaks a translator today (remove a case's mark once it passes) ------------------
+# ---- inputs that once broke a translator (found by this suite): each is now a TranslationError -------
 BUG_CASES: list[tuple[str, tuple[Any, ...]]] = [
     ("responses_to_chat", ({"tools": [True]},)),
     ("responses_to_chat", ({"tools": 5},)),
@@ -214,7 +205,6 @@ BUG_CASES: list[tuple[str, tuple[Any, ...]]] = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason=TRANSLATOR_BUG)
 @pytest.mark.parametrize(("fn", "args"), BUG_CASES, ids=[f"{f}-{i}" for i, (f, _) in enumerate(BUG_CASES)])
 def test_translator_bug(fn: str, args: tuple[Any, ...]) -> None:
     if fn.startswith("chat_to_"):
@@ -237,7 +227,6 @@ class Echo:
         return None
 
 
-@pytest.mark.xfail(strict=True, reason=TRANSLATOR_BUG + "; e.g. POST /v1/responses {'tools': [true]} -> 500")
 @pytest.mark.parametrize(("path", "body"), [("/v1/responses", {"tools": [True]}),
                                             ("/v1/messages", {"messages": [], "tool_choice": "auto"})])
 async def test_proxy_answers_4xx_for_malformed_dialect(path: str, body: dict[str, Any]) -> None:

@@ -5,13 +5,31 @@ Responses, Claude Code speaks Messages) run unmodified against any backend. No I
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 Body = dict[str, Any]
 _FUNCTION_TOOLS = ("function", "custom")  # hosted tools (web_search, ...) cannot reach a chat model
+
+
+def _typed(fn: Callable[..., Body]) -> Callable[..., Body]:
+    """A malformed body (a field of the wrong type anywhere) is the client's error: TranslationError
+    (answered 400 naming it), never an AttributeError deep inside (answered 500)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Body:
+        try:
+            return fn(*args, **kwargs)
+        except TranslationError:
+            raise
+        except (AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:
+            raise TranslationError(f"{fn.__name__}: malformed body ({type(exc).__name__}: {exc})") from None
+
+    return wrapper
 
 
 class TranslationError(ValueError):
@@ -82,6 +100,7 @@ def _responses_content(role: str, content: Any) -> Any:
     return parts
 
 
+@_typed
 def responses_to_chat(body: Body) -> Body:
     """A Responses API request as a chat request (``instructions`` becomes the system message)."""
     if not isinstance(body, dict):
@@ -143,6 +162,7 @@ def _responses_tool(tool: Body) -> Body:
     return {"type": "function", "function": fn}
 
 
+@_typed
 def chat_to_responses(chat: Body, request: Body | None = None) -> Body:
     """A chat response as a Responses API ``response`` object."""
     request = request or {}
@@ -238,6 +258,7 @@ def _anthropic_turn(role: str, content: Any, messages: list[Body]) -> None:
         messages.append({"role": role, "content": content_out})
 
 
+@_typed
 def messages_to_chat(body: Body) -> Body:
     """An Anthropic Messages request as a chat request."""
     if not isinstance(body, dict):
@@ -275,6 +296,7 @@ def messages_to_chat(body: Body) -> Body:
     return chat
 
 
+@_typed
 def chat_to_messages(chat: Body, request: Body | None = None) -> Body:
     """A chat response as an Anthropic ``message`` object (tool arguments parsed into ``input``)."""
     request = request or {}
