@@ -21,7 +21,7 @@ from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Task
 from palaestra.rollout.tasks import load_task_file, parse_row, read_tasks, write_tasks
 
-# Nesting depth at which rows break the loader (see the xfail tests at the end); the properties stay below
+# Nesting depth at which rows break the loader (see the regression tests at the end); the properties stay below
 # it until the bugs are fixed. orjson itself rejects depth > 1024 as invalid JSON, which is handled.
 SAFE_DEPTH = 200
 
@@ -165,11 +165,7 @@ def test_binary_file_reports_each_line(tmp_path: Path) -> None:
     assert {p.line for p in loaded.problems} == {1, 2, 3, 4} and all(p.field == "(line)" for p in loaded.problems)
 
 
-# ---- bugs found by this suite (remove the mark once fixed) -------------------------------------------
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason=(
-    "BUG rollout/tasks.py parse_row/from_nemo_gym: an 'id' (or NeMo 'id'/'uuid'/'task_id') that is a JSON "
-    "array nested ~1000 deep (valid for orjson, limit 1024) makes str(row['id']) raise RecursionError, which "
-    "escapes load_task_file; expected a RowProblem 'field id: must be a string or a number'"))
+# ---- bugs this suite found (fixed; kept as regression tests) ------------------------------------------
 @pytest.mark.parametrize("nemo", [False, True], ids=["palaestra", "nemo_gym"])
 def test_deep_id_is_a_problem_not_a_crash(tmp_path: Path, nemo: bool) -> None:
     deep = "[" * 1000 + "]" * 1000
@@ -180,11 +176,6 @@ def test_deep_id_is_a_problem_not_a_crash(tmp_path: Path, nemo: bool) -> None:
     assert not loaded.tasks and [p.field for p in loaded.problems] == ["id"]
 
 
-@pytest.mark.xfail(strict=True, raises=(TypeError, ValueError), reason=(
-    "BUG rollout/tasks.py load_task_file accepts a row whose metadata nests deeper than can be written back "
-    "(orjson.loads allows depth 1024; pydantic model_dump stops with ValueError 'Maximum serialization depth "
-    "exceeded' and orjson.dumps with TypeError 'Recursion limit reached' at 255), so write_tasks (the snapshot "
-    "eval run takes first) raises and the run dies; expected a RowProblem naming metadata at load time"))
 def test_row_that_cannot_be_snapshotted_is_a_problem(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps({"id": "deep", "env": "x", "metadata": {"k": nested(300)}}) + "\n")

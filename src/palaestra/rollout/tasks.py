@@ -45,6 +45,12 @@ def _content_text(content: Any) -> Any:
     return content
 
 
+def _row_id(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError("id: must be a string or a number")
+    return str(value)
+
+
 def from_nemo_gym(row: dict[str, Any], default_id: str, default_env: str) -> dict[str, Any]:
     """Map a NeMo Gym row to a Palaestra task row, keeping every verifier field in ``metadata``."""
     params = row.get("responses_create_params")
@@ -71,7 +77,7 @@ def from_nemo_gym(row: dict[str, Any], default_id: str, default_env: str) -> dic
     if sampling:
         metadata["nemo_gym_sampling"] = sampling
     out: dict[str, Any] = {
-        "id": str(row.get("id") or row.get("uuid") or row.get("task_id") or default_id),
+        "id": _row_id(row.get("id") or row.get("uuid") or row.get("task_id") or default_id),
         "env": default_env,
         "input": messages,
         "metadata": metadata,
@@ -90,6 +96,8 @@ def parse_row(row: Any, default_id: str, default_env: str) -> Task:
         row = dict(row)
         row.setdefault("id", default_id)
         if row.get("id") is not None and not isinstance(row["id"], str):
+            if not isinstance(row["id"], (int, float)) or isinstance(row["id"], bool):
+                raise ValueError("id: must be a string or a number")
             row["id"] = str(row["id"])
         if not row.get("env"):
             row["env"] = default_env
@@ -137,6 +145,15 @@ def load_task_file(path: str | Path, default_env: str = "") -> LoadedTasks:
         except ValueError as exc:
             fld, _, msg = str(exc).partition(": ")
             out.problems.append(RowProblem(p.name, lineno, fld, msg or str(exc)))
+            continue
+        except RecursionError:
+            out.problems.append(RowProblem(p.name, lineno, "id", "must be a string or a number (this one nests "
+                                                               "too deep to read)"))
+            continue
+        try:  # the run snapshots its tasks first: a row that cannot be written back is refused here
+            orjson.dumps(task.model_dump(mode="json", exclude_none=True))
+        except (TypeError, ValueError, RecursionError) as exc:
+            out.problems.append(RowProblem(p.name, lineno, "metadata", f"nests too deep to store ({exc})"))
             continue
         if not task.env:
             out.problems.append(RowProblem(p.name, lineno, "env", "no environment: name one in the row or pass --env"))
