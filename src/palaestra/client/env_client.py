@@ -4,6 +4,7 @@ drives an in-process ASGI app (no socket) and a server in another process or on 
 from __future__ import annotations
 
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import orjson
 
@@ -100,9 +101,12 @@ class HttpEnvClient:
     async def call_tool(self, session_id: str, name: str, arguments: Any) -> ToolResult:
         """Call a tool. ``arguments`` may be a dict or the model's raw JSON string (sent as it is, so a
         malformed string is reported by the server exactly as the model wrote it)."""
+        if not name or "/" in name or name in (".", ".."):  # could not name a tool, and would change the route
+            return ToolResult(error={"kind": "unknown_tool", "message": f"unknown tool {name!r}"})
         raw = arguments.encode() if isinstance(arguments, str) else orjson.dumps(arguments or {})
+        path = f"/sessions/{quote(session_id, safe='')}/tools/{quote(name, safe='')}"
         try:
-            data = await self._request("POST", f"/sessions/{session_id}/tools/{name}", raw=raw)
+            data = await self._request("POST", path, raw=raw)
         except PalaestraError as exc:
             if exc.kind in _CALL_ERRORS:
                 return ToolResult(error=exc.to_dict())

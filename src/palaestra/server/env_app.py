@@ -149,7 +149,7 @@ def create_env_app(host: EnvironmentHost | Environment, *, reap_interval_s: floa
 
     routes = [
         Route("/sessions", _guard(open_session), methods=["POST"]),
-        Route("/sessions/{sid}/tools/{name}", _guard(call_tool), methods=["POST"]),
+        Route("/sessions/{sid}/tools/{name:path}", _guard(call_tool), methods=["POST"]),
         Route("/sessions/{sid}/verify", _guard(verify), methods=["POST"]),
         Route("/sessions/{sid}", _guard(delete_session), methods=["DELETE"]),
         Route("/verify", _guard(verify_stateless), methods=["POST"]),
@@ -158,6 +158,13 @@ def create_env_app(host: EnvironmentHost | Environment, *, reap_interval_s: floa
         Route("/healthz", _guard(healthz), methods=["GET"]),
         Route("/openapi.json", _guard(openapi), methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 404)
+        kind = "not_found" if status == 404 else "bad_request"
+        return error_response(kind, f"{request.method} {request.url.path}: no such endpoint", status,
+                              "see GET /openapi.json for the environment server's routes")
+
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})
+    app.router.redirect_slashes = False  # a redirect is no answer for an API client: 404 JSON instead
     app.state.host = h
     return app
