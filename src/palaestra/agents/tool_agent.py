@@ -51,12 +51,15 @@ class ToolAgent:
             msg = first_message(resp)
             traj.steps = step + 1
             calls = msg.get("tool_calls") or []
-            assistant: dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
+            if not isinstance(calls, list):
+                raise ModelError(f"model response choices[0].message.tool_calls is not a list: {str(calls)[:200]}")
+            content = content_text(msg.get("content"))
+            assistant: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
             if calls:
                 assistant["tool_calls"] = calls
             messages.append(assistant)
             if not calls:
-                traj.final_answer = msg.get("content") or ""
+                traj.final_answer = content
                 traj.stop_reason = "final"
                 break
             for i, call in enumerate(calls):
@@ -91,10 +94,22 @@ def _unpack_call(call: Any, step: int, index: int) -> tuple[str, str | None, Any
     fn = call.get("function") or {}
     call_id = str(call.get("id") or f"call_{step}_{index}")
     name = fn.get("name") if isinstance(fn, dict) else None
+    name = name if isinstance(name, str) else None  # a non-string name is a bad call, answered as such
     args = fn.get("arguments", "{}") if isinstance(fn, dict) else "{}"
     if args is None:
         args = "{}"
     return call_id, name, args
+
+
+def content_text(content: Any) -> str:
+    """Message content as text: OpenAI content parts are joined; any other non-string is written out."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content)
 
 
 def _is_json_object(text: str) -> bool:

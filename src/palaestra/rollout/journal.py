@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import errno as errno_mod
 import fcntl
+import json
 import os
 import threading
 from collections.abc import Mapping
@@ -50,6 +51,9 @@ def encode_record(record: Mapping[str, Any] | BaseModel) -> bytes:
     try:
         return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
     except TypeError as exc:  # orjson.JSONEncodeError subclasses TypeError
+        if "surrogates" in str(exc):  # text no UTF-8 can hold (a lone surrogate): replaced, so nothing is lost
+            fixed = json.loads(json.dumps(obj, ensure_ascii=False).encode("utf-8", "replace"))
+            return orjson.dumps(fixed, option=orjson.OPT_APPEND_NEWLINE)
         raise TypeError(f"journal record is not JSON-serialisable: {exc}; use plain JSON types") from exc
 
 

@@ -65,7 +65,8 @@ def _int_usage(response: dict[str, Any]) -> dict[str, int]:
     usage = response.get("usage")
     if not isinstance(usage, dict):
         return {}
-    return {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+    # A backend's token counts are data, not trusted: negative or beyond 64 bits they are dropped.
+    return {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**62}
 
 
 class ModelProxy:
@@ -154,7 +155,7 @@ class ModelProxy:
             api=api, request=chat_request, response=response, status=200, started=started, latency_s=latency,
             usage=_int_usage(response), prompt_token_ids=prompt_ids, generation_token_ids=gen_ids,
             generation_logprobs=logprobs, token_capture=capture_status(gen_ids, logprobs),
-            routed_to=response.get("palaestra_routed_to")))
+            routed_to=routed if isinstance(routed := response.get("palaestra_routed_to"), str) else None))
         if api == "responses":
             return translate.chat_to_responses(response, body)
         if api == "messages":
