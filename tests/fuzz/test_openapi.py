@@ -171,7 +171,8 @@ def test_schemathesis_live_session_long(env: str) -> None:
 
 def test_document_describes_exactly_the_served_routes() -> None:
     app = create_env_app(_host("mcqa"))
-    served = {(r.path, m) for r in app.routes if isinstance(r, Route) for m in (r.methods or ()) if m != "HEAD"}
+    served = {(r.path.replace(":path}", "}"), m)  # Starlette's converter; OpenAPI has no such syntax
+              for r in app.routes if isinstance(r, Route) for m in (r.methods or ()) if m != "HEAD"}
     served.discard(("/openapi.json", "GET"))
     doc = openapi_document("mcqa", "0.1")
     documented = {(path, method.upper()) for path, ops in doc["paths"].items() for method in ops}

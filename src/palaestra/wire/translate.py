@@ -26,7 +26,7 @@ def _typed(fn: Callable[..., Body]) -> Callable[..., Body]:
             return fn(*args, **kwargs)
         except TranslationError:
             raise
-        except (AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:
+        except Exception as exc:  # pure data shuffling: any failure means a malformed body
             raise TranslationError(f"{fn.__name__}: malformed body ({type(exc).__name__}: {exc})") from None
 
     return wrapper
