@@ -189,11 +189,6 @@ def _types(node: Any) -> list[Any]:
     return []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG server/openapi.py declares 'openapi': '3.0.3' but writes nullable fields as JSON-Schema type arrays "
-    "(['string', 'null'], ['array', 'null'], ['object', 'null'], ['boolean', 'null']), which only OpenAPI 3.1 "
-    "allows; 3.0 tools (code generators, validators) reject the document. Fix: declare '3.1.0' (the rest of "
-    "the document is valid 3.1), or use {'type': 'string', 'nullable': true}"))
 def test_document_is_valid_for_its_openapi_version() -> None:
     doc = openapi_document("mcqa", "0.1")
     if doc["openapi"].startswith("3.0"):
@@ -202,11 +197,6 @@ def test_document_is_valid_for_its_openapi_version() -> None:
         assert doc["openapi"].startswith("3.1")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG server/openapi.py vs core/records.py: the document says a task's input messages need a string "
-    "'role' (_MESSAGE), but the server accepts any object (Task.input is list[dict[str, Any]]): POST "
-    "/reference {'task': {'id': 'x', 'input': [{'role': 5}]}} answers 200 (schemathesis: 'Schema-violating "
-    "request accepted'). Fix the document (role: {}) or validate roles at the wire"))
 async def test_schema_violating_message_role_is_rejected() -> None:
     import httpx
 
@@ -216,12 +206,6 @@ async def test_schema_violating_message_role_is_rejected() -> None:
     assert 400 <= resp.status_code < 500, resp.text
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG server/env_app.py verify routes: 'await read_json(...) or {}' and 'body.get(\"trajectory\") or {}' "
-    "turn any falsy JSON ([] / 0 / false / \"\" / null) into an empty body or trajectory, so POST "
-    "/sessions/{id}/verify with body [] (or {'trajectory': []}) is verified as if nothing happened (200, "
-    "reward 0) instead of 400 'expected a JSON object' (schemathesis ST201: schema-violating request "
-    "accepted). Fix: treat only an absent body/field as empty"))
 @pytest.mark.parametrize("body", [b"[]", b"0", b"false", b'""', b'{"trajectory": []}', b'{"trajectory": 0}',
                                   b'{"trajectory": null}'])
 async def test_verify_rejects_falsy_non_object_bodies(body: bytes) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SCHEMA_VERSION = 1
 
@@ -32,6 +32,16 @@ class Task(Record):
     tools: list[dict[str, Any]] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)
+
+    @field_validator("input")
+    @classmethod
+    def _roles(cls, value: str | list[Message]) -> str | list[Message]:
+        """Every input message names its role (a string): a chat template cannot place it otherwise."""
+        if isinstance(value, list):
+            for i, m in enumerate(value):
+                if not isinstance(m.get("role"), str):
+                    raise ValueError(f"input[{i}] needs a string 'role' (system, user, assistant or tool)")
+        return value
 
     def messages(self) -> list[Message]:
         """The task input as chat messages (a prompt string becomes one user message)."""

@@ -71,6 +71,16 @@ def _obj(body: Any, what: str) -> dict[str, Any]:
     return body
 
 
+def _trajectory(body: dict[str, Any]) -> Trajectory:
+    """Only an absent trajectory means an empty one; anything but an object is the client's error."""
+    if "trajectory" not in body:
+        return Trajectory()
+    if not isinstance(body["trajectory"], dict):
+        raise PalaestraError("field 'trajectory' must be a JSON object", kind="bad_request",
+                             hint='send {"trajectory": {"messages": [...], "tool_calls": [...], ...}}')
+    return Trajectory.model_validate(body["trajectory"])
+
+
 def create_env_app(host: EnvironmentHost | Environment, *, reap_interval_s: float = 60.0) -> Starlette:
     """Build the ASGI app for an environment (or an existing host, to share its sessions)."""
     if isinstance(host, Environment):
@@ -101,8 +111,8 @@ def create_env_app(host: EnvironmentHost | Environment, *, reap_interval_s: floa
 
     async def verify(request: Request) -> Response:
         sid = request.path_params["sid"]
-        body = await read_json(request, "POST /sessions/{id}/verify") or {}
-        traj = Trajectory.model_validate(_obj(body, "verify").get("trajectory") or {})
+        body = await read_json(request, "POST /sessions/{id}/verify")
+        traj = _trajectory({} if body is None else _obj(body, "POST /sessions/{id}/verify"))
         verdict = await h.verify(sid, traj)
         return JSON(verdict.model_dump(mode="json"))
 
@@ -115,7 +125,7 @@ def create_env_app(host: EnvironmentHost | Environment, *, reap_interval_s: floa
         if "task" not in body:
             raise PalaestraError("POST /verify: missing field 'task'", kind="bad_request")
         task = Task.model_validate(body["task"])
-        traj = Trajectory.model_validate(body.get("trajectory") or {})
+        traj = _trajectory(body)
         verdict = await h.verify_stateless(task, traj)
         return JSON(verdict.model_dump(mode="json"))
 

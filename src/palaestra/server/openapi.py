@@ -53,7 +53,7 @@ def openapi_document(env_name: str, version: str) -> dict[str, Any]:
         "session_id": {"type": "string"}, "tools": {"type": "array", "items": {"type": "object"}},
         "messages": {"type": "array", "items": {"type": "object"}}}}
     return {
-        "openapi": "3.0.3",
+        "openapi": "3.1.0",
         "info": {"title": f"Palaestra environment '{env_name}'", "version": version},
         "paths": {
             "/sessions": {"post": {"summary": "Seed a session from a task",
