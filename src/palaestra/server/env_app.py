@@ -100,12 +100,15 @@ def create_env_app(host: EnvironmentHost | Environment, *, reap_interval_s: floa
         h.get(sid)
         body = await request.body()
         try:
-            args = orjson.loads(body) if body else {}
+            args = orjson.loads(body) if body else {}  # no body at all: a tool without arguments
         except ValueError as exc:
             raise BadArguments(
                 f"arguments for tool '{name}' are not valid JSON ({exc})",
                 hint="send the tool's arguments as one JSON object",
             ) from None
+        if not isinstance(args, dict):
+            raise BadArguments(f"arguments for tool '{name}' must be a JSON object, got {type(args).__name__}",
+                               hint="send the tool's arguments as one JSON object ({} for none)")
         result = await h.call_tool(sid, name, args)
         return JSON(result.to_dict())
 

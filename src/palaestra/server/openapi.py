@@ -61,9 +61,9 @@ def openapi_document(env_name: str, version: str) -> dict[str, Any]:
                                                                               "properties": {"task": _TASK}})},
                                    "responses": _responses(session, 400, 422, 429, 500)}},
             "/sessions/{sid}/tools/{name}": {"post": {
-                "summary": "Call a tool with its JSON arguments",
+                "summary": "Call a tool with its JSON arguments (no body: a tool without arguments)",
                 "parameters": [_SID, {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
-                "requestBody": {"required": True, **_json({"type": "object"})},
+                "requestBody": {"required": False, **_json({"type": "object"})},
                 "responses": _responses({"type": "object", "properties": {"output": {}, "error": {"type": "object"}}},
                                         404, 422)}},
             "/sessions/{sid}/verify": {"post": {
