@@ -71,7 +71,7 @@ class RayCollector:
         self.placement: dict[str, Any] = {}
 
     async def collect(self, pending: list[tuple[Task, int, int]]) -> None:
-        from palaestra.rollout.collector import run_all_or_none
+        from palaestra.rollout.collector import drain  # the collector imports this module: import late
 
         conn = connect(self.spec)
         try:
@@ -80,20 +80,8 @@ class RayCollector:
             await self.fleet.start()
             self.placement = self.fleet.placement_report()
             async with Journal(self.run_dir / rundir.JOURNAL) as journal:
-                queue: asyncio.Queue[tuple[Task, int, int]] = asyncio.Queue()
-                for item in pending:
-                    queue.put_nowait(item)
-
-                async def lane() -> None:
-                    while True:
-                        try:
-                            task, repeat, first = queue.get_nowait()
-                        except asyncio.QueueEmpty:
-                            return
-                        await self._one(task, repeat, first, journal)
-
-                n = min(self.cfg.concurrency, len(pending)) or 1
-                await run_all_or_none([lane() for _ in range(n)])  # a full disk or no worker left ends it all
+                # a full disk or no worker left ends it all
+                await drain(pending, self.cfg.concurrency, lambda t, r, a: self._one(t, r, a, journal))
         finally:
             if self.fleet is not None:
                 await self.fleet.stop()

@@ -112,22 +112,27 @@ class Collector:
         await self._setup()
         try:
             async with Journal(self.run_dir / rundir.JOURNAL) as journal:
-                queue: asyncio.Queue[tuple[Task, int, int]] = asyncio.Queue()
-                for item in pending:
-                    queue.put_nowait(item)
-
-                async def worker() -> None:
-                    while True:
-                        try:
-                            task, repeat, first = queue.get_nowait()
-                        except asyncio.QueueEmpty:
-                            return
-                        await self._one(task, repeat, first, journal)
-
-                n = min(self.cfg.concurrency, len(pending)) or 1
-                await run_all_or_none([worker() for _ in range(n)])
+                await drain(pending, self.cfg.concurrency, lambda t, r, a: self._one(t, r, a, journal))
         finally:
             await self._teardown()
+
+
+async def drain(pending: list[tuple[Task, int, int]], concurrency: int,
+                one: Callable[[Task, int, int], Coroutine[Any, Any, None]]) -> None:
+    """Work through (task, repeat, first attempt) items with at most ``concurrency`` in flight."""
+    queue: asyncio.Queue[tuple[Task, int, int]] = asyncio.Queue()
+    for item in pending:
+        queue.put_nowait(item)
+
+    async def lane() -> None:
+        while True:
+            try:
+                task, repeat, first = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            await one(task, repeat, first)
+
+    await run_all_or_none([lane() for _ in range(min(concurrency, len(pending)) or 1)])
 
 
 async def run_all_or_none(coros: list[Coroutine[Any, Any, None]]) -> None:
