@@ -178,7 +178,7 @@ def test_compute_metrics_long() -> None:
     _metrics_property(long(5000))
 
 
-# ---- bugs found by this suite (remove the mark once fixed) -------------------------------------------
+# ---- bugs this suite found, kept as regression tests ---------------------------------------------------
 USAGE_BUG = (
     "BUG metrics/usage.py model_usage (called by rollout/collector.py write_metrics, i.e. at the end of every "
     "eval run and by `report`) trusts the shape of journal records: trajectory/model_calls/usage that are not "

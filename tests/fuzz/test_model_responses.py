@@ -9,7 +9,6 @@ record can be journaled (``encode_record``) and no session is left open.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -60,24 +59,6 @@ BODY = chat_completions(TOOL_NAMES, ARGUMENTS, st.just(HUGE) | st.just([{"type":
 BODIES = st.lists(BODY, min_size=1, max_size=4)
 
 
-# ---- known bugs (each has an xfail test below); the properties avoid them until they are fixed --------
-def _url_bug(name: str) -> str | None:
-    """Tool names that HttpEnvClient cannot put into its URL (BUGS route_breaking_name, control_char_name)."""
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        return "control_char_name"
-    path_part = re.split(r"[?#]", name)[0]
-    if path_part in ("", ".", "..") or "/" in path_part or "%2f" in path_part.lower():
-        return "route_breaking_name"
-    return None
-
-
-def _known_bug(bodies: list[Any], placement: str) -> str | None:
-    """Replays ToolAgent's reading of the bodies and names the first known bug (a key of BUGS) they hit.
-    All of them are fixed now: the properties take every input."""
-    return None
-
-
-
 # ---- the property ---------------------------------------------------------------------------------
 async def _rollout(env: MountedEnv, bodies: list[Any]) -> Rollout:
     return await run_rollout(TASK, env=env.client, agent=ToolAgent(max_steps=6), proxy=ModelProxy(JunkModel(bodies)),
@@ -105,9 +86,8 @@ def _property(cfg: settings, placement: str) -> None:
         @cfg
         @given(BODIES)
         def prop(bodies: list[Any]) -> None:
-            from hypothesis import assume, event
+            from hypothesis import event
 
-            assume(_known_bug(bodies, placement) is None)
             rollout = run(loop, _rollout(env, bodies))
             event(f"{rollout.outcome.status} {rollout.outcome.kind} calls={len(rollout.trajectory.tool_calls)}")
             _check(rollout)
@@ -136,7 +116,7 @@ def test_junk_model_responses_long(placement: str) -> None:
     _property(long(4000), placement)
 
 
-# ---- bugs found by this suite (remove the mark once fixed) -------------------------------------------
+# ---- bugs this suite found, kept as regression tests ---------------------------------------------------
 def _msg(message: dict[str, Any], **top: Any) -> dict[str, Any]:
     return {"choices": [{"message": message}], **top}
 

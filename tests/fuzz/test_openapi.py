@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import schemathesis
 from fuzz_strategies import ci, long
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -60,35 +60,7 @@ def _host(env: str) -> EnvironmentHost:
     return EnvironmentHost(load_env(env), max_sessions=256)
 
 
-def _falsy_non_object(value: Any) -> bool:
-    return value is None or (isinstance(value, (list, str, int, float)) and not value)
-
-
-def _bad_role(body: Any) -> bool:
-    task = body.get("task") if isinstance(body, dict) else None
-    messages = task.get("input") if isinstance(task, dict) else None
-    return isinstance(messages, list) and any(isinstance(m, dict) and not isinstance(m.get("role"), str)
-                                              for m in messages)
-
-
-def _known_bug(case: Any) -> bool:
-    """Requests hitting a known bug: verify bodies (test_verify_rejects_falsy_non_object_bodies), message
-    roles (test_schema_violating_message_role_is_rejected), null tool arguments
-    (test_tool_route_document_allows_what_the_server_accepts)."""
-    if _bad_role(case.body):
-        return True
-    if case.operation.path.endswith("/tools/{name}") and case.body is None:
-        return True  # test_tool_route_document_allows_what_the_server_accepts
-    if not case.operation.path.endswith("/verify"):
-        return False
-    body = case.body
-    if case.operation.path.startswith("/sessions/") and _falsy_non_object(body):
-        return True
-    return isinstance(body, dict) and "trajectory" in body and _falsy_non_object(body["trajectory"])
-
-
 def _validate(case: Any) -> None:
-    assume(not _known_bug(case))
     case.call_and_validate(excluded_checks=EXCLUDED, additional_checks=[documented_failures_only])
 
 

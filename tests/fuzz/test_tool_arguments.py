@@ -221,7 +221,7 @@ async def test_unknown_session_is_404_json() -> None:
         await _unmount(m)
 
 
-# ---- bugs found by this suite (remove the mark once fixed) -------------------------------------------
+# ---- bugs this suite found, kept as regression tests ---------------------------------------------------
 # ("add/../add" is not here: HTTP clients remove dot segments before sending, so the server sees "add";
 # Palaestra's client refuses any name with "/" before it reaches a URL.)
 @pytest.mark.parametrize("name", ["a/b", "", ".", "%2F"])

@@ -160,7 +160,7 @@ def test_response_translators_long() -> None:
 
 
 def test_well_formed_bodies_translate() -> None:
-    """Guards the property's oracle: good requests translate, so the xfail above is not vacuous."""
+    """Guards the property's oracle: good requests translate, so the properties above are not vacuous."""
     chat = tr.responses_to_chat({"input": [{"role": "user", "content": "hi"}], "tools": [
         {"type": "function", "name": "f", "parameters": {"type": "object"}}]})
     assert chat["messages"] == [{"role": "user", "content": "hi"}] and chat["tools"][0]["function"]["name"] == "f"
