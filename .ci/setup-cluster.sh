@@ -15,26 +15,6 @@ if [[ ${#need[@]} -eq 0 ]]; then
   exit 0
 fi
 
-SUDO=""
-if [[ "$(id -u)" != "0" ]]; then
-  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
-    echo "setup-cluster: not root and no sudo; install ${need[*]} by hand (the Slurm test is skipped)" >&2
-    exit 0
-  fi
-fi
-export DEBIAN_FRONTEND=noninteractive
-# Update the package lists only when one of the packages is unknown to apt (a fresh image has none).
-for pkg in "${need[@]}"; do
-  if ! apt-cache show "$pkg" >/dev/null 2>&1; then
-    $SUDO apt-get update -q
-    break
-  fi
-done
-# policy-rc.d keeps the packages from starting daemons of their own: the test starts its own.
-if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
-  $SUDO chmod +x /usr/sbin/policy-rc.d
-  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
-fi
-$SUDO apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
-echo "setup-cluster: installed ${need[*]}"
+# The Slurm test skips with a reason where nothing can be installed, so no root is not an error.
+source "$(dirname "$0")/apt.sh"
+apt_install setup-cluster 0 "${need[@]}"

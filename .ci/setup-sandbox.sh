@@ -19,26 +19,5 @@ if [[ ${#need[@]} -eq 0 ]]; then
   exit 0
 fi
 
-SUDO=""
-if [[ "$(id -u)" != "0" ]]; then
-  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
-    echo "setup-sandbox: not root and no sudo; install ${need[*]} by hand" >&2
-    exit 1
-  fi
-fi
-export DEBIAN_FRONTEND=noninteractive
-# Update the package lists only when one of the packages is unknown to apt (a fresh image has none).
-for pkg in "${need[@]}"; do
-  if ! apt-cache show "$pkg" >/dev/null 2>&1; then
-    $SUDO apt-get update -q
-    break
-  fi
-done
-# policy-rc.d keeps the package from starting a daemon of its own: the tests start dockerd themselves.
-if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
-  $SUDO chmod +x /usr/sbin/policy-rc.d
-  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
-fi
-$SUDO apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
-echo "setup-sandbox: installed ${need[*]}"
+source "$(dirname "$0")/apt.sh"
+apt_install setup-sandbox 1 "${need[@]}"
