@@ -17,7 +17,6 @@ from palaestra.core.errors import ConfigError, EnvironmentFailure, InfraError, P
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 from palaestra.envproc import SupervisedEnvClient
 from palaestra.envs.registry import load_env, load_env_class, spec_for
-from palaestra.server.env_app import create_env_app
 from palaestra.server.sessions import EnvironmentHost
 from palaestra.wire.env import SessionHandle, ToolResult
 
@@ -114,6 +113,8 @@ async def mount_env(spec: str | Environment, placement: str = "inprocess") -> Mo
     if placement == "direct":
         client = DirectEnvClient(host)
     else:
+        from palaestra.server.env_app import create_env_app  # Starlette: only for the in-process placement
+
         app = create_env_app(host)
         client = HttpEnvClient(name=env.name, app=app)
     return MountedEnv(env.name, spec_str, placement, client, type(env), None, None, time.perf_counter() - t0)

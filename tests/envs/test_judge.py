@@ -23,7 +23,8 @@ from palaestra.models.openai_http import OpenAIBackend
 from palaestra.models.scripted import ScriptedBackend
 from palaestra.placement import mount_env
 from palaestra.rollout.runner import run_rollout
-from palaestra.server.model_proxy import ModelProxy, create_model_app
+from palaestra.server.model_app import create_model_app
+from palaestra.server.model_proxy import ModelProxy
 
 
 @contextmanager

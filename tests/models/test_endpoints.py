@@ -16,7 +16,8 @@ from palaestra.models.endpoints import EndpointPool
 from palaestra.models.scripted import ScriptedBackend, reference_key
 from palaestra.placement import mount_env
 from palaestra.rollout.runner import run_rollout
-from palaestra.server.model_proxy import ModelProxy, create_model_app
+from palaestra.server.model_app import create_model_app
+from palaestra.server.model_proxy import ModelProxy
 
 COUNTER = str(Path(__file__).parents[1] / "fixtures" / "counter_env.py") + ":CounterEnv"
 TASK_INPUT = "Bring the counter from 0 to 150."

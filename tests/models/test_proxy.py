@@ -16,7 +16,8 @@ from palaestra.core.records import Reference, ToolCall
 from palaestra.models.base import CallContext
 from palaestra.models.openai_http import OpenAIBackend
 from palaestra.models.scripted import ScriptedBackend
-from palaestra.server.model_proxy import ModelProxy, create_model_app
+from palaestra.server.model_app import create_model_app
+from palaestra.server.model_proxy import ModelProxy
 from palaestra.wire import translate
 
 REF = Reference(tool_calls=[ToolCall(name="get_weather", arguments={"city": "Paris"})],

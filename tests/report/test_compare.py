@@ -94,6 +94,8 @@ def test_compare_cli_writes_table_json_and_html(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["compare", str(base), str(better), "--json", "--no-html"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data[0]["n_paired"] == 10 and data[0]["mean_diff"] == pytest.approx(0.4)
+    assert data["comparisons"][0]["n_paired"] == 10 and data["comparisons"][0]["mean_diff"] == pytest.approx(0.4)
+    assert [r["name"] for r in data["runs"]] == ["base", "better"]
+    assert data["runs"][1]["mean_reward"] == pytest.approx(17 / 21)  # rollout-weighted, the extra task too
     bad = CliRunner().invoke(app, ["compare", str(base)])
     assert bad.exit_code == 2 and "at least two" in bad.output

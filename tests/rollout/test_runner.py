@@ -120,7 +120,7 @@ async def test_agent_server_runs_a_rollout_over_http(counter_spec: str) -> None:
 
     import uvicorn
 
-    from palaestra.server.model_proxy import create_model_app
+    from palaestra.server.model_app import create_model_app
 
     env = await mount_env(counter_spec, "local")
     sock = socket.socket()

@@ -14,7 +14,8 @@ import pytest
 
 from palaestra.core.records import Task
 from palaestra.models.scripted import ScriptedBackend, reference_key
-from palaestra.server.model_proxy import ModelProxy, create_model_app
+from palaestra.server.model_app import create_model_app
+from palaestra.server.model_proxy import ModelProxy
 from palaestra.train.rollout_service import RolloutService
 from palaestra.train.service_app import create_service_app
 from palaestra.train.service_types import JobSpec

@@ -35,7 +35,8 @@ def serve(
     import uvicorn
 
     from palaestra.models.factory import make_backend
-    from palaestra.server.model_proxy import ModelProxy, create_model_app
+    from palaestra.server.model_app import create_model_app
+    from palaestra.server.model_proxy import ModelProxy
 
     model_backend = make_backend(backend if backend != "scripted" else f"scripted:{policy}",
                                  model_name=model_name or None, api_key_env=api_key_env,

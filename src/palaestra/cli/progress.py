@@ -7,7 +7,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from palaestra.cli.common import run_async
+from palaestra.cli.common import run_async, tune_gc_for_batch
 from palaestra.core.records import Rollout
 from palaestra.metrics.summary import format_table
 from palaestra.rollout.collector import run_eval
@@ -38,6 +38,7 @@ def run_with_progress(cfg: RunConfig, quiet: bool = False) -> None:
         else:
             progress.update(state["bar"], failed=state["failed"])  # type: ignore[arg-type]
 
+    tune_gc_for_batch()
     with progress:
         result = run_async(run_eval(cfg, on_start=on_start, on_rollout=on_rollout))
     for line in result.skipped_rows:

@@ -69,17 +69,22 @@ def compare(
     n_boot: int = typer.Option(10_000, help="Bootstrap resamples for the interval."),
     seed: int = typer.Option(0, help="Seed of the bootstrap and permutation draws."),
 ) -> None:
-    """Paired per-task differences between runs, with a 95% interval and a sign-flip permutation test."""
+    """Paired per-task differences between runs, with a 95% interval and a sign-flip permutation test,
+    and each run's accuracy, model calls, tokens and cost (per answering model)."""
     from rich.console import Console
 
-    from palaestra.report.compare import compare_runs
-    from palaestra.report.compare_view import comparison_table, write_comparison_html
+    from palaestra.report.compare import compare_runs, runs_spend
+    from palaestra.report.compare_view import comparison_table, spend_table, write_comparison_html
 
     comparisons = guarded(lambda: compare_runs(runs, metric=metric, n_boot=n_boot, seed=seed))
+    spend = guarded(lambda: runs_spend(runs))
     if as_json:
-        typer.echo(json.dumps([c.to_dict() for c in comparisons], indent=2))
+        typer.echo(json.dumps({"runs": [r.to_dict() for r in spend],
+                               "comparisons": [c.to_dict() for c in comparisons]}, indent=2))
     else:
-        Console().print(comparison_table(comparisons))
+        console = Console()
+        console.print(spend_table(spend))
+        console.print(comparison_table(comparisons))
     if html and not no_html:
-        path = write_comparison_html(comparisons, html)
+        path = write_comparison_html(comparisons, html, spend)
         typer.echo(f"comparison page: {os.fspath(path)}", err=as_json)

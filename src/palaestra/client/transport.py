@@ -7,7 +7,6 @@ import asyncio
 from typing import Any, Protocol
 
 import aiohttp
-import httpx
 
 
 class TransportFailure(Exception):
@@ -65,6 +64,9 @@ class AsgiTransport:
     """Calls an ASGI app in this process: no socket, same HTTP semantics."""
 
     def __init__(self, app: Any, *, timeout: float = 60.0, headers: dict[str, str] | None = None) -> None:
+        import httpx  # only in-process placements need it: the network path stays free of its import cost
+
+        self._httpx = httpx
         self.base_url = "http://inprocess"
         self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=self.base_url,
                                          timeout=timeout, headers=headers)
@@ -72,9 +74,9 @@ class AsgiTransport:
     async def request(self, method: str, path: str, content: bytes | None) -> tuple[int, bytes]:
         try:
             resp = await self._client.request(method, path, content=content)
-        except httpx.TimeoutException as exc:
+        except self._httpx.TimeoutException as exc:
             raise TransportFailure("timeout", repr(exc)) from exc
-        except httpx.TransportError as exc:
+        except self._httpx.TransportError as exc:
             raise TransportFailure("unreachable", repr(exc)) from exc
         return resp.status_code, resp.content
 

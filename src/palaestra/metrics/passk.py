@@ -143,12 +143,18 @@ def cluster_bootstrap_ci(
     rng = np.random.default_rng(seed)
     parts: list[np.ndarray] = []
     rows = max(1, 1_000_000 // n)  # resample in blocks: memory stays ~16 MB however many tasks
+    same_count = bool(np.all(c == c[0]))  # the usual case (K repeats each): every draw's total is n*c0
     for start in range(0, n_boot, rows):
-        idx = rng.integers(0, n, size=(min(rows, n_boot - start), n))
+        idx = rng.integers(0, n, size=(min(rows, n_boot - start), n), dtype=np.int32 if n < 2**31 else np.int64)
+        drawn = s[idx].sum(axis=1)
+        if same_count:
+            if c[0] > 0:
+                parts.append(drawn / (n * c[0]))
+            continue
         total = c[idx].sum(axis=1)
         ok = total > 0  # a draw of only zero-count clusters is degenerate: skip it
-        parts.append(s[idx].sum(axis=1)[ok] / total[ok])
-    stats = np.concatenate(parts)
+        parts.append(drawn[ok] / total[ok])
+    stats = np.concatenate(parts) if parts else np.empty(0)
     if stats.size == 0:
         return None
     alpha = 1.0 - confidence

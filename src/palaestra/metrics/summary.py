@@ -18,6 +18,7 @@ Rules that keep the numbers honest:
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -194,10 +195,16 @@ def compute_metrics(
         entry.update(n=len(rewards), pass_rate=(passes / len(rewards)) if rewards else None,
                      mean_reward=_mean(rewards))
 
+    overall_block = _block(overall, total_expected or None, total_covered, n_boot, seed)
+    blocks: dict[str, dict[str, Any]] = {}
+    for label in sorted(groups):
+        if len(groups) == 1 and len(groups[label]) == len(overall) and group_expected[label] == total_expected:
+            blocks[label] = copy.deepcopy(overall_block)  # one group holding every unit: the same numbers
+        else:
+            blocks[label] = _block(groups[label], group_expected[label], group_covered[label], n_boot, seed)
     return {
-        "overall": _block(overall, total_expected or None, total_covered, n_boot, seed),
-        "groups": {label: _block(groups[label], group_expected[label], group_covered[label], n_boot, seed)
-                   for label in sorted(groups)},
+        "overall": overall_block,
+        "groups": blocks,
         "per_task": dict(sorted(per_task.items())),
         "invalid_records": invalid,
     }

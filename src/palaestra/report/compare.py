@@ -7,6 +7,10 @@ task's counted rollouts); the estimate is the mean of ``d``, its 95% interval a 
 tasks, and its p-value a sign-flip permutation test (under "no difference" each ``d_t`` is as likely to
 be negated; exact up to 16 tasks, Monte Carlo beyond). With more than one candidate, Holm's correction
 controls the family-wise error. Tasks missing from either run are listed, never imputed.
+
+Next to the paired scores, each run's spend (``RunSpend``): accuracy, model calls, tokens and cost per
+answering model. A routing strategy is only worth it if it buys accuracy for less than the expensive model
+alone, and that trade-off needs both numbers side by side.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from palaestra.metrics.usage import model_usage
 from palaestra.report.index import JournalIndex
-from palaestra.report.rundata import ReportError, load_run_info
+from palaestra.report.overview import compute_run_metrics
+from palaestra.report.rundata import ReportError, load_run_info, stored_metrics
 
-__all__ = ["Comparison", "RunScores", "TaskDiff", "compare_runs", "holm", "paired_bootstrap_ci", "run_scores",
-           "sign_flip_p"]
+__all__ = ["Comparison", "ModelSpend", "RunScores", "RunSpend", "TaskDiff", "compare_runs", "holm",
+           "paired_bootstrap_ci", "run_names", "run_scores", "run_spend", "runs_spend", "sign_flip_p"]
 
 METRICS = ("reward", "pass")
 EXACT_MAX_TASKS = 16
@@ -100,6 +106,150 @@ def run_scores(run_dir: str | Path, metric: str = "reward") -> RunScores:
     path = Path(run_dir)
     return RunScores(path.resolve().name, path, {t: (float(np.mean(v)), len(v)) for t, v in per_task.items()},
                      slots, scored)
+
+
+def run_names(run_dirs: Sequence[str | Path]) -> list[str]:
+    """How runs are called in a comparison: the directory name, or the path when two names collide."""
+    names = [Path(d).resolve().name for d in run_dirs]
+    return [str(Path(d)) for d in run_dirs] if len(set(names)) < len(names) else names
+
+
+@dataclass
+class ModelSpend:
+    """What one answering model (a routed call counts for the model that answered it) cost a run."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float | None = None  # None: no price for this model in the run's model_prices
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class RunSpend:
+    """One run's accuracy next to what it spent, so strategies (cheap, strong, a cascade) can be weighed."""
+
+    name: str
+    path: Path
+    strategy: str  # the run's --model (e.g. ``router:cascade?to=cheap,strong``), else the directory name
+    mean_reward: float | None
+    pass_rate: float | None  # pass@1
+    coverage: float | None
+    n_rollouts_scored: int
+    models: dict[str, ModelSpend]
+    source: str  # "metrics.json", or "journal" when the metrics were missing or older than the journal
+
+    @property
+    def calls(self) -> int:
+        return sum(m.calls for m in self.models.values())
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(m.prompt_tokens for m in self.models.values())
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(m.completion_tokens for m in self.models.values())
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def unpriced(self) -> list[str]:
+        """Models that answered calls but have no price: while any is left, the total cost is unknown."""
+        return [name for name, m in self.models.items() if m.calls and m.cost is None]
+
+    @property
+    def cost(self) -> float | None:
+        """Total cost, or None when nothing was priced or some answering model was not (a partial sum
+        would understate what the run spent)."""
+        if not self.models or self.unpriced:
+            return None
+        costs = [m.cost for m in self.models.values() if m.cost is not None]
+        return float(sum(costs)) if costs else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "path": str(self.path), "strategy": self.strategy,
+                "mean_reward": self.mean_reward, "pass_rate": self.pass_rate, "coverage": self.coverage,
+                "n_rollouts_scored": self.n_rollouts_scored, "calls": self.calls,
+                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "tokens": self.tokens, "cost": self.cost, "unpriced": self.unpriced, "source": self.source,
+                "models": {name: {"calls": m.calls, "prompt_tokens": m.prompt_tokens,
+                                  "completion_tokens": m.completion_tokens, "tokens": m.tokens, "cost": m.cost}
+                           for name, m in self.models.items()}}
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+        and abs(value) < 2**62 else 0
+
+
+def _float(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    return float(value) if ok else None
+
+
+def _model_spend(usage: Any) -> dict[str, ModelSpend]:
+    """``model_usage`` (from metrics.json or recomputed) as ModelSpend, leniently: a hand-edited or
+    older metrics file must not break a comparison."""
+    out: dict[str, ModelSpend] = {}
+    for name, row in (usage.items() if isinstance(usage, dict) else []):
+        if isinstance(row, dict):
+            out[str(name)] = ModelSpend(_int(row.get("calls")), _int(row.get("prompt_tokens")),
+                                        _int(row.get("completion_tokens")), _float(row.get("cost")))
+    return dict(sorted(out.items()))
+
+
+def _strategy(config: dict[str, Any], path: Path) -> str:
+    """What the run asked for: its --model, or for a multi-entry run the entries (its --model then is
+    only a default, and naming it would misdescribe the run)."""
+    entries = config.get("entries")
+    if isinstance(entries, list) and entries:
+        names = [str(e.get("name")) for e in entries if isinstance(e, dict)]
+        return f"entries: {', '.join(names)}"
+    model = config.get("model")
+    return str(model) if model else path.resolve().name
+
+
+def run_spend(run_dir: str | Path, name: str | None = None) -> RunSpend:
+    """Accuracy, calls, tokens and cost of a run: from ``metrics.json`` when it is up to date, else
+    recomputed from the journal (a run still going, or killed before writing metrics), priced with the
+    ``model_prices`` recorded in its ``run.json`` — the same numbers the run itself would report."""
+    info = load_run_info(run_dir)
+    config = info.manifest.get("config")
+    config = config if isinstance(config, dict) else {}
+    metrics = stored_metrics(info)
+    usage = metrics.get("model_usage") if metrics is not None else None
+    source = "metrics.json"
+    if metrics is None or not isinstance(usage, dict):  # older metrics files have no model_usage
+        source = "journal"
+        index = JournalIndex(info.journal)
+        index.advance()
+        if metrics is None:
+            metrics = compute_run_metrics(index.rows, info.expected)
+        raw_prices = config.get("model_prices")
+        prices = {str(k): float(v) for k, v in raw_prices.items() if _float(v) is not None} \
+            if isinstance(raw_prices, dict) else {}
+        # records are read one at a time by offset: a long journal is never held in memory whole
+        usage = model_usage((index.read_record(i) for i in range(len(index.rows))), prices)
+    overall = metrics.get("overall")
+    overall = overall if isinstance(overall, dict) else {}
+    pass_at_k = overall.get("pass_at_k")
+    path = Path(run_dir)
+    return RunSpend(name or path.resolve().name, path, _strategy(config, path),
+                    _float(overall.get("mean_reward")),
+                    _float(pass_at_k.get("1")) if isinstance(pass_at_k, dict) else None,
+                    _float(overall.get("coverage")), _int(overall.get("n_rollouts_scored")),
+                    _model_spend(usage), source)
+
+
+def runs_spend(run_dirs: Sequence[str | Path]) -> list[RunSpend]:
+    """``run_spend`` of each run, named as ``compare_runs`` names them."""
+    return [run_spend(d, n) for d, n in zip(run_dirs, run_names(run_dirs), strict=True)]
 
 
 def paired_bootstrap_ci(diffs: Sequence[float], *, n_boot: int = 10_000, seed: int = 0,
@@ -179,10 +329,8 @@ def compare_runs(run_dirs: Sequence[str | Path], *, metric: str = "reward", n_bo
         raise ReportError("compare needs at least two run directories",
                           hint="palaestra eval compare BASELINE_RUN CANDIDATE_RUN [MORE_RUNS ...]")
     runs = [run_scores(d, metric) for d in run_dirs]
-    names = [r.name for r in runs]
-    if len(set(names)) < len(names):  # same directory name in different places: use the paths
-        for r in runs:
-            r.name = str(r.path)
+    for r, name in zip(runs, run_names(run_dirs), strict=True):  # a name shared by two runs: their paths
+        r.name = name
     comparisons = [_compare(runs[0], r, metric, n_boot, seed) for r in runs[1:]]
     if len({key.split("/", 1)[0] for r in runs for key in r.scores}) == 1:  # one env: task ids say it all
         for c in comparisons:

@@ -1,4 +1,5 @@
-"""How a comparison is shown: a rich table for the terminal and a script-free HTML page."""
+"""How a comparison is shown: rich tables for the terminal and a script-free HTML page — the paired
+per-task differences, and next to them what each run scored and spent (calls, tokens, cost per model)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 from rich.table import Table
 
 from palaestra.report.charts import PALETTE, bar_chart, esc
-from palaestra.report.compare import Comparison
+from palaestra.report.compare import Comparison, RunSpend
 from palaestra.report.page import render_static_page
 
-__all__ = ["comparison_html", "comparison_table", "write_comparison_html"]
+__all__ = ["comparison_html", "comparison_table", "fmt_cost", "fmt_tokens", "spend_html", "spend_table",
+           "write_comparison_html"]
 
 MAX_BARS = 60
 
@@ -61,6 +63,73 @@ def comparison_table(comparisons: Sequence[Comparison]) -> Table:
     return table
 
 
+def fmt_cost(x: float | None) -> str:
+    """Cost in the unit of ``model_prices`` (per million tokens); three significant digits below 1,
+    because a scripted or small run costs fractions of a cent and rounding would show 0."""
+    if x is None:
+        return "–"
+    if x >= 100:
+        return f"{x:,.0f}"
+    return f"{x:,.2f}" if x >= 1 else f"{x:#.3g}"
+
+
+def fmt_tokens(n: int) -> str:
+    return f"{n:,}"
+
+
+SPEND_TITLE = "accuracy, tokens and cost per run"
+SPEND_COLUMNS = ("run", "strategy / model", "reward", "pass@1", "scored", "calls", "tokens", "cost")
+
+
+def _spend_notes(runs: Sequence[RunSpend]) -> list[str]:
+    notes = [f"{r.name}: cost unknown, no price for {', '.join(r.unpriced)} in model_prices"
+             for r in runs if r.unpriced]
+    notes += [f"{r.name}: recomputed from the journal (metrics.json missing or older)"
+              for r in runs if r.source == "journal"]
+    return notes
+
+
+def spend_table(runs: Sequence[RunSpend]) -> Table:
+    """One row per run (its totals) and under it one row per answering model: a cascade's calls to the
+    expensive model sit right below the expensive model's own run."""
+    table = Table(title=SPEND_TITLE, caption="\n".join(_spend_notes(runs)) or None)
+    for col in SPEND_COLUMNS:  # numbers never wrap (a folded "0.000112" misleads); long names fold instead
+        if col in SPEND_COLUMNS[:2]:
+            table.add_column(col, overflow="fold")
+        else:
+            table.add_column(col, justify="right", no_wrap=True)
+    for i, r in enumerate(runs):
+        table.add_row(r.name, r.strategy, _f(r.mean_reward), _f(r.pass_rate), str(r.n_rollouts_scored),
+                      str(r.calls), fmt_tokens(r.tokens), fmt_cost(r.cost), style="bold")
+        for name, m in r.models.items():
+            table.add_row("", f"↳ {name}", "", "", "", str(m.calls), fmt_tokens(m.tokens), fmt_cost(m.cost),
+                          style="dim", end_section=name == list(r.models)[-1] and i < len(runs) - 1)
+    return table
+
+
+def spend_html(runs: Sequence[RunSpend]) -> str:
+    """The same numbers as ``spend_table``, as an HTML section (every text escaped)."""
+    if not runs:
+        return ""
+    rows = []
+    for r in runs:
+        rows.append(f"<tr><td><b>{esc(r.name)}</b></td><td>{esc(r.strategy)}</td><td>{_f(r.mean_reward)}</td>"
+                    f"<td>{_f(r.pass_rate)}</td><td>{r.n_rollouts_scored}</td><td>{r.calls}</td>"
+                    f"<td>{fmt_tokens(r.tokens)}</td><td>{fmt_tokens(r.prompt_tokens)} + "
+                    f"{fmt_tokens(r.completion_tokens)}</td><td>{esc(fmt_cost(r.cost))}</td></tr>")
+        rows += [f'<tr class="muted"><td></td><td>↳ {esc(name)}</td><td></td><td></td><td></td><td>{m.calls}</td>'
+                 f"<td>{fmt_tokens(m.tokens)}</td><td>{fmt_tokens(m.prompt_tokens)} + "
+                 f"{fmt_tokens(m.completion_tokens)}</td><td>{esc(fmt_cost(m.cost))}</td></tr>"
+                 for name, m in r.models.items()]
+    notes = "".join(f'<p class="muted">{esc(n)}</p>' for n in _spend_notes(runs))
+    head = "".join(f"<th>{esc(c)}</th>" for c in (*SPEND_COLUMNS[:-1], "prompt + completion", "cost"))
+    return (f"<h2>{esc(SPEND_TITLE)}</h2>"
+            '<p class="muted">Calls, tokens and cost count every attempt (failed ones were paid for too), per '
+            "answering model: a routed call counts for the model that answered it. Cost is in the unit of the "
+            "run's model_prices (per million tokens).</p>"
+            f'<table class="grid"><tr>{head}</tr>{"".join(rows)}</table>{notes}')
+
+
 def _section(c: Comparison) -> str:
     shown = sorted(c.tasks, key=lambda t: (-abs(t.diff), t.task))[:MAX_BARS]
     shown.sort(key=lambda t: (t.diff, t.task))
@@ -88,7 +157,7 @@ def _section(c: Comparison) -> str:
             "</details>")
 
 
-def comparison_html(comparisons: Sequence[Comparison]) -> str:
+def comparison_html(comparisons: Sequence[Comparison], runs: Sequence[RunSpend] = ()) -> str:
     head = "".join(
         f"<tr><td>{esc(c.candidate)}</td><td>{len(c.tasks)}</td><td>{_f(c.mean_a)}</td><td>{_f(c.mean_b)}</td>"
         f"<td>{_f(c.mean_diff, True)}</td><td>{esc(_ci(c.ci95))}</td><td>{_p(c.p_value)}</td>"
@@ -102,16 +171,17 @@ def comparison_html(comparisons: Sequence[Comparison]) -> str:
             "Holm's correction adjusts it for the number of candidates.</p>"
             '<table class="grid"><tr><th>candidate</th><th>paired tasks</th><th>baseline</th><th>candidate</th>'
             f"<th>Δ</th><th>95% CI</th><th>p</th><th>p (Holm)</th><th>W/L/T</th><th>verdict</th></tr>{head}</table>"
-            + "".join(_section(c) for c in comparisons))
+            + spend_html(runs) + "".join(_section(c) for c in comparisons))
     return render_static_page(title=f"Palaestra comparison · {baseline}", body_html=body)
 
 
-def write_comparison_html(comparisons: Sequence[Comparison], path: str | Path) -> Path:
+def write_comparison_html(comparisons: Sequence[Comparison], path: str | Path,
+                          runs: Sequence[RunSpend] = ()) -> Path:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(comparison_html(comparisons), encoding="utf-8")
+        tmp.write_text(comparison_html(comparisons, runs), encoding="utf-8")
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)

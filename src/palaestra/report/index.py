@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from array import array
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,22 @@ class JournalIndex:
             data = os.pread(fh.fileno(), length, offset)
         rec: dict[str, Any] = orjson.loads(data)
         return rec
+
+    def read_records(self, seqs: Iterable[int]) -> Iterator[tuple[int, dict[str, Any] | None]]:
+        """``(seq, record)`` for each seq, through one open file (a report reads thousands in a row);
+        the record is None for a seq the index does not hold or a line that no longer parses."""
+        with self.path.open("rb") as fh:
+            for seq in seqs:
+                with self._lock:
+                    if not 0 <= seq < len(self.rows):
+                        yield seq, None
+                        continue
+                    offset, length = self.offsets[seq], self.lengths[seq]
+                try:
+                    rec = orjson.loads(os.pread(fh.fileno(), length, offset))
+                except orjson.JSONDecodeError:
+                    rec = None
+                yield seq, rec if isinstance(rec, dict) else None
 
     def snapshot(self) -> list[Row]:
         """The rows indexed so far (a copy of the list; rows themselves are shared)."""

@@ -14,7 +14,7 @@ from palaestra.core.errors import PalaestraError
 from palaestra.report.overview import compute_run_metrics
 from palaestra.report.rows import Row
 
-__all__ = ["ReportError", "RunInfo", "load_run_info", "run_metrics"]
+__all__ = ["ReportError", "RunInfo", "load_run_info", "run_metrics", "stored_metrics"]
 
 RUN_JSON, TASKS, JOURNAL, METRICS, REPORT = "run.json", "tasks.jsonl", "rollouts.jsonl", "metrics.json", "report.html"
 
@@ -78,18 +78,24 @@ def load_run_info(run_dir: str | Path) -> RunInfo:
     return RunInfo(d, manifest, expected, problems)
 
 
-def run_metrics(info: RunInfo, rows: list[Row], *, journal_problems: list[str] | None = None) -> dict[str, Any]:
-    """``metrics.json`` when it is at least as new as the journal (the numbers the run printed), else
-    metrics recomputed from the rows (a run in progress, or one killed before it wrote its metrics)."""
+def stored_metrics(info: RunInfo) -> dict[str, Any] | None:
+    """``metrics.json`` when it is at least as new as the journal, else None: a run in progress (or one
+    killed before it wrote its metrics) has a journal newer than its metrics, whose numbers are then stale."""
     path = info.run_dir / METRICS
-    metrics: dict[str, Any] | None = None
     try:
         if path.is_file() and (not info.journal.exists()
                                or path.stat().st_mtime >= info.journal.stat().st_mtime):
             loaded = orjson.loads(path.read_bytes())
-            metrics = loaded if isinstance(loaded, dict) and "overall" in loaded else None
+            return loaded if isinstance(loaded, dict) and "overall" in loaded else None
     except (OSError, orjson.JSONDecodeError):
-        metrics = None
+        pass
+    return None
+
+
+def run_metrics(info: RunInfo, rows: list[Row], *, journal_problems: list[str] | None = None) -> dict[str, Any]:
+    """``metrics.json`` when it is at least as new as the journal (the numbers the run printed), else
+    metrics recomputed from the rows (a run in progress, or one killed before it wrote its metrics)."""
+    metrics = stored_metrics(info)
     if metrics is None:
         metrics = compute_run_metrics(rows, info.expected)
         if journal_problems:

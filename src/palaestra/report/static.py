@@ -38,15 +38,18 @@ def _priority(row: Row) -> int:
 def _details(index: JournalIndex, rows: list[Row], budget: int) -> tuple[dict[str, Any], int]:
     details: dict[str, Any] = {}
     used = 0
-    for row in sorted(rows, key=lambda r: (_priority(r), r.seq)):
+    order = [row.seq for row in sorted(rows, key=lambda r: (_priority(r), r.seq))]
+    for seq, record in index.read_records(order):
+        if record is None:
+            continue
         try:
-            detail = rollout_detail(index.read_record(row.seq), row.seq)
-        except (IndexError, ValueError, OSError):
+            detail = rollout_detail(record, seq)
+        except ValueError:
             continue
         size = len(orjson.dumps(detail))
         if used + size > budget and details:
             break
-        details[str(row.seq)] = detail
+        details[str(seq)] = detail
         used += size
     return details, used
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from palaestra.core.errors import ConfigError
@@ -67,6 +66,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
+    import yaml  # only a run file needs it; `eval run` with flags alone starts without it
+
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:

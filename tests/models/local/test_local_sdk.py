@@ -16,7 +16,8 @@ MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture
 def client(local_backend: Any, live_server: Callable[[Any], str]) -> Any:
-    from palaestra.server.model_proxy import ModelProxy, create_model_app
+    from palaestra.server.model_app import create_model_app
+    from palaestra.server.model_proxy import ModelProxy
 
     proxy = ModelProxy(local_backend)
     url = live_server(create_model_app(proxy))

@@ -24,7 +24,8 @@ from palaestra.agents.base import ChatModel
 from palaestra.core.errors import AgentError, ModelError
 from palaestra.core.records import ModelCallRecord
 from palaestra.models.base import CallContext
-from palaestra.server.model_proxy import Api, ModelProxy, create_model_app
+from palaestra.server.model_app import create_model_app
+from palaestra.server.model_proxy import Api, ModelProxy
 
 Body = dict[str, Any]
 

@@ -27,7 +27,7 @@ def _field(task: Task, key: str) -> Any:
 
 
 def _squash(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip().lower()
+    return " ".join(text.split()).lower()
 
 
 class MCQA(Environment):
@@ -71,20 +71,24 @@ class MCQA(Environment):
             raise InvalidTask(f"mcqa task '{task.id}' has an empty input", hint="put the question in `input`")
         return options
 
-    # check_task, seed, prompt and verify all need a task's normalized options; a session opens with the
-    # first three on one Task object in a row, so the last result is kept (by identity) for the others.
-    _memo: tuple[Task, Options] | None = None
+    # check_task, seed, prompt and verify all need a task's normalized options. Sessions open and verify
+    # on the same Task objects but interleaved (hundreds in flight), so results are kept by identity for
+    # the last _MEMO_SIZE tasks; the Task is kept alongside so a recycled id() never matches.
+    _MEMO_SIZE = 8192
+    _memo: dict[int, tuple[Task, Options]]
 
     def check_task(self, task: Task) -> None:
-        self._memo = (task, self._checked_options(task))
+        memo = self.__dict__.setdefault("_memo", {})
+        if len(memo) >= self._MEMO_SIZE:
+            memo.pop(next(iter(memo), None), None)  # oldest first; verify may run in a worker thread
+        memo[id(task)] = (task, self._checked_options(task))
 
     def _options(self, task: Task) -> Options:
-        memo = self._memo
-        if memo is not None and memo[0] is task:
-            return memo[1]
+        hit = self.__dict__.get("_memo", {}).get(id(task))
+        if hit is not None and hit[0] is task:
+            return hit[1]
         self.check_task(task)
-        assert self._memo is not None
-        return self._memo[1]
+        return self._memo[id(task)][1]
 
     def prompt(self, task: Task) -> list[dict[str, Any]]:
         """Render lettered options under the question, unless the question already lists them."""

@@ -7,6 +7,7 @@ so that a letter mentioned while reasoning ("(A) is wrong because...") never bea
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ def normalize_options(raw: Any) -> Options:
         raise TypeError(f"options must be a list or a dict, got {type(raw).__name__}")
     for key, text in items:
         letter = str(key).strip().upper()
-        if not re.fullmatch(r"[A-Z]", letter):
+        if len(letter) != 1 or not "A" <= letter <= "Z":
             raise ValueError(f"option key {key!r} is not a single letter A-Z")
         out.append((letter, str(text)))
     if len({letter for letter, _ in out}) != len(out):
@@ -74,11 +75,16 @@ def find_boxed(text: str) -> list[tuple[int, str]]:
 _LATEX_WRAP = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textit|mathit)\s*\{([^{}]*)\}")
 
 
+_MARKUP = re.compile(r"[*_`$]")
+
+
+@functools.lru_cache(maxsize=16384)
 def _norm(text: str) -> str:
-    """Compare option texts loosely: case, markdown, LaTeX text wrappers, spacing, end punctuation."""
+    """Compare option texts loosely: case, markdown, LaTeX text wrappers, spacing, end punctuation.
+
+    Cached: every verify compares against all of its task's option texts, the same strings each time."""
     text = _LATEX_WRAP.sub(r"\1", text)
-    text = re.sub(r"[*_`$]", "", text).lower()
-    text = re.sub(r"\s+", " ", text).strip()
+    text = " ".join(_MARKUP.sub("", text).lower().split())
     return text.strip(" .,;:!\"'")
 
 
