@@ -2,7 +2,9 @@
 
   python bench/overhead.py core     # N tasks through the tool agent, scripted oracle at 0 ms, per placement
   python bench/overhead.py collect  # `palaestra eval run` at 0/200 ms latency × concurrency 1/64/1000
-  python bench/overhead.py          # both
+  python bench/overhead.py http     # `eval run --model URL` against a scripted OpenAI-compatible server on
+                                    # 127.0.0.1 (the issue's target: CPU of the eval process per rollout)
+  python bench/overhead.py          # all three
 
 Knobs: N (core tasks, default 2000), ENV (workplace), COLLECT_N (rollouts at 0 ms, default 2000).
 """
@@ -13,6 +15,7 @@ import asyncio
 import json
 import os
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
@@ -56,7 +59,7 @@ async def core_case(env_name: str, placement: str, n: int, concurrency: int = 64
     wall = time.perf_counter() - t0
     child_cpu_before_stop = None
     if mounted.process is not None:  # the env server's CPU, read from /proc before it exits
-        stat = Path(f"/proc/{mounted.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        stat = Path(f"/proc/{mounted.process.pid}/stat").read_text()  # noqa: ASYNC240 (procfs: no I/O wait).rsplit(")", 1)[1].split()
         child_cpu_before_stop = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
     cpu = _cpu_s(resource.RUSAGE_SELF) - c0 + (child_cpu_before_stop or 0.0)
     await mounted.stop()
@@ -66,7 +69,8 @@ async def core_case(env_name: str, placement: str, n: int, concurrency: int = 64
             "mean_reward": round(sum(rewards) / len(rewards), 4), "startup_s": round(mounted.startup_s, 3)}
 
 
-def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1) -> dict[str, object]:
+def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1, model: str | None = None
+                 ) -> dict[str, object]:
     """One `palaestra eval run` as a child process: wall time, its CPU and peak RSS from wait4."""
     with tempfile.TemporaryDirectory() as tmp:
         tasks = Path(tmp) / "tasks.jsonl"
@@ -74,7 +78,8 @@ def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1) ->
             for t in _tasks("mcqa", n):
                 fh.write(t.model_dump_json() + "\n")
         cmd = [sys.executable, "-m", "palaestra.cli.main", "eval", "run", "--input", str(tasks), "-q",
-               "--model", f"scripted:oracle?latency_ms={latency_ms}", "-c", str(concurrency), "-k", str(repeats),
+               "--model", model or f"scripted:oracle?latency_ms={latency_ms}", "-c", str(concurrency),
+               "-k", str(repeats),
                "--out", str(Path(tmp) / "run")]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -91,6 +96,38 @@ def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1) ->
             "peak_rss_mb": round(ru.ru_maxrss / 1024, 1),
             "ideal_wall_s": round(ideal, 3) if ideal else None,
             "mean_reward": (metrics.get("overall") or {}).get("mean_reward"), **({"error": err} if status else {})}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_case(latency_ms: int, concurrency: int, n: int) -> dict[str, object]:
+    """`eval run --model http://127.0.0.1:PORT/v1` against `palaestra model serve` (scripted oracle).
+
+    Only the eval process is measured (wait4), as NeMo Gym's figure counts its own processes and not the
+    fake model's: this is the runtime's cost per rollout when a real model server sits at the other end."""
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "palaestra.cli.main", "model", "serve", "--policy", "oracle",
+                               "--env", "mcqa", "--latency-ms", str(latency_ms), "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the scripted model server did not start") from None
+                time.sleep(0.05)
+        case = collect_case(latency_ms, concurrency, n, model=f"http://127.0.0.1:{port}/v1")
+    finally:
+        server.terminate()
+        server.wait(10)
+    return {**case, "bench": "collect_http"}
 
 
 def main() -> None:
@@ -112,6 +149,10 @@ def main() -> None:
         for latency, conc, count in [(0, 1, cn // 4), (0, 64, cn), (0, 1000, cn),
                                      (200, 1, 20), (200, 64, 640), (200, 1000, 4000)]:
             print(json.dumps(collect_case(latency, conc, count)), flush=True)
+    if what in ("http", "all"):
+        cn = int(os.environ.get("COLLECT_N", "2000"))
+        for latency, conc, count in [(0, 64, cn), (200, 1000, 4000)]:
+            print(json.dumps(http_case(latency, conc, count)), flush=True)
 
 
 if __name__ == "__main__":
