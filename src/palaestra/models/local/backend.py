@@ -14,16 +14,17 @@ import secrets
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 from palaestra.core.errors import ModelError
 from palaestra.models.base import CallContext
 from palaestra.models.local import prompt, toolcalls
 from palaestra.models.local.engine import Engine, Generation, Loaded, Params
-from palaestra.models.local.loader import LoadOptions, load
+from palaestra.models.local.loader import LoadOptions, eos_ids, load
 from palaestra.models.local.weights import Notify
 
 MAX_N = 64
+B = TypeVar("B", bound="LocalBackend")
 
 
 def _bad(message: str, hint: str | None = None) -> ModelError:
@@ -91,7 +92,9 @@ class LocalBackend:
             raise _bad("'messages' must be a non-empty list of message objects")
         tools, constrain_to = self._tools(request)
         try:
-            _, prompt_ids = prompt.render(loaded.tokenizer, messages, tools)
+            prompt_ids, meta = self._prompt_ids(loaded, request, messages, tools)
+        except ModelError:
+            raise
         except Exception as exc:
             raise _bad(f"the chat template could not render these messages: {type(exc).__name__}: {exc}",
                        hint="check the roles and contents of 'messages'") from exc
@@ -123,9 +126,39 @@ class LocalBackend:
             raise ModelError(f"local model generation failed: {type(exc).__name__}: {exc}",
                              hint="see the server log; a smaller max_batch or shorter prompts use less memory"
                              ) from exc
-        return self._response(request, loaded, prompt_ids, tools, params, results, constrain_to is not None)
+        response = self._response(request, loaded, prompt_ids, tools, params, results, constrain_to is not None)
+        if meta is not None:
+            response["palaestra"] = meta
+        return response
+
+    @classmethod
+    def from_model(cls: type[B], model: Any, tokenizer: Any, *, name: str | None = None, max_batch: int = 32,
+                   default_max_tokens: int = 1024) -> B:
+        """Serve ``model`` itself (weights shared, not copied): a trainer's updates are sampled from at once.
+
+        The engine thread only runs forward passes between optimizer steps; the trainer must not step
+        while rollouts are in flight."""
+        self = cls(None, max_batch=max_batch, default_max_tokens=default_max_tokens, pull=False)
+        if name:
+            self.model = name
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        loaded = Loaded(model=model, tokenizer=tokenizer, eos_ids=eos_ids(model, tokenizer),
+                        max_positions=int(getattr(config, "max_position_embeddings", 0) or 4096),
+                        info={"name": self.model, "origin": "in-memory model", "dtype": str(model.dtype),
+                              "vocab_size": int(getattr(config, "vocab_size", len(tokenizer)))})
+        self.engine = Engine(lambda: loaded, max_batch=max_batch)
+        return self
 
     # ---- request ----------------------------------------------------------------------------------
+    def _prompt_ids(self, loaded: Loaded, request: dict[str, Any], messages: list[dict[str, Any]],
+                    tools: list[dict[str, Any]] | None) -> tuple[list[int], dict[str, Any] | None]:
+        """The prompt's token ids and what to report about them (``palaestra`` in the response).
+
+        The hook a training policy overrides to continue a rollout's exact previous tokens
+        (``train/local_policy.py``) instead of re-rendering the conversation."""
+        _, ids = prompt.render(loaded.tokenizer, messages, tools)
+        return ids, None
+
     def _tools(self, request: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
         """(tools to render, constraint): constraint is None (free text), "" (any tool) or a tool name."""
         tools = request.get("tools") or None
