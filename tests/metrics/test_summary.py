@@ -166,3 +166,27 @@ def test_invalid_journal_records_are_reported_not_fatal() -> None:
     assert m["overall"]["n_rollouts_scored"] == 1
     assert len(m["invalid_records"]) == 2
     assert m["invalid_records"][0].startswith("record 2: not a Rollout (env: Field required")
+
+
+def test_shortcuts_give_the_numbers_the_full_computation_gives() -> None:
+    """One group holding every unit reuses the overall block; 0/1 rewards reuse the reward interval for
+    pass@1. Both must equal what computing each separately gives."""
+    from palaestra.metrics.passk import cluster_bootstrap_ci, pass_at_1_ci
+
+    rollouts = [ro(f"t{i}", r, reward=float((i * 7 + r) % 3 == 0)) for i in range(40) for r in range(2)]
+    m = compute_metrics(rollouts, n_boot=500)
+    o = m["overall"]
+    assert m["groups"]["env=mcqa agent=tool model=m1"] == o
+    order = sorted(range(40), key=lambda i: f"t{i}")  # the metrics visit tasks sorted by id
+    per_task = [[float((i * 7 + r) % 3 == 0) for r in range(2)] for i in order]
+    reward_ci = cluster_bootstrap_ci([sum(x) for x in per_task], [2] * 40, n_boot=500)
+    p1_ci = pass_at_1_ci([(2, int(sum(x))) for x in per_task], n_boot=500)
+    assert o["reward_ci95"] == pytest.approx(list(reward_ci))
+    assert o["pass_at_1_ci95"] == pytest.approx(list(p1_ci))
+    # graded rewards: pass@1 (reward >= 1) differs from the mean reward, so its interval is its own
+    graded = compute_metrics([ro(f"t{i}", reward=(i % 4) / 3) for i in range(40)], n_boot=500)["overall"]
+    assert graded["pass_at_1_ci95"] != graded["reward_ci95"]
+    # a second group: the overall block is not copied into the groups
+    two = compute_metrics(rollouts + [ro("t0", model="m2", reward=1.0)], n_boot=500)
+    assert two["groups"]["env=mcqa agent=tool model=m2"]["n_rollouts_scored"] == 1
+    assert two["overall"]["n_rollouts_scored"] == 81

@@ -113,7 +113,10 @@ def _block(units: dict[UnitKey, _Unit], n_expected: int | None, covered: int,
           for u in scored_units]
     ks = ks_for(min((n for n, _ in nc), default=0))
     ci = cluster_bootstrap_ci([sum(r) for r in rewards], [len(r) for r in rewards], n_boot=n_boot, seed=seed)
-    p1_ci = pass_at_1_ci(nc, n_boot=n_boot, seed=seed)
+    if nc and len({n for n, _ in nc}) == 1 and all(sum(r) == c for r, (_, c) in zip(rewards, nc, strict=True)):
+        p1_ci = ci  # 0/1 rewards that equal pass, same rollouts per task: the very same resampled statistic
+    else:
+        p1_ci = pass_at_1_ci(nc, n_boot=n_boot, seed=seed)
     has_answers = any(r.verdict is not None and r.verdict.answer is not None
                       for u in scored_units for r in u.scored)
     majority: dict[str, float | None] | None = None
