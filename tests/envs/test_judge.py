@@ -1,14 +1,9 @@
 from __future__ import annotations
 
 import socket
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -23,32 +18,14 @@ from palaestra.models.openai_http import OpenAIBackend
 from palaestra.models.scripted import ScriptedBackend
 from palaestra.placement import mount_env
 from palaestra.rollout.runner import run_rollout
+from palaestra.server.loopback import serve_app
 from palaestra.server.model_app import create_model_app
 from palaestra.server.model_proxy import ModelProxy
 
 
-@contextmanager
-def _serve(app: Any) -> Iterator[str]:
-    """A real server on 127.0.0.1 (OS-chosen port), stopped on exit; yields the OpenAI base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off",
-                                           timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "test server did not start"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 def _judge_server(text: str) -> Any:
     """The model server Palaestra ships (``palaestra model serve --backend scripted --policy constant``)."""
-    return _serve(create_model_app(ModelProxy(ScriptedBackend("constant", constant_text=text))))
+    return serve_app(create_model_app(ModelProxy(ScriptedBackend("constant", constant_text=text))), path="/v1")
 
 
 class _Counting:
@@ -150,7 +127,7 @@ async def test_pairwise_swaps_the_order_and_an_inconsistent_judge_is_a_tie() -> 
 
 async def test_an_unreadable_judge_is_retried_then_fails_as_judge_not_zero() -> None:
     server = _Counting("I would rather not grade this.")
-    with _serve(server.app()) as url:
+    with serve_app(server.app(), path="/v1") as url:
         env = Judge(judge=url, retries=2)
         with pytest.raises(InfraError) as err:
             await env.verify(ABSOLUTE, _answer("Paris"))
@@ -183,7 +160,7 @@ def test_tasks_without_anything_to_grade_against_are_invalid() -> None:
 
 async def test_a_rollout_with_a_failing_judge_is_failed_judge() -> None:
     server = _Counting("no score here")
-    with _serve(server.app()) as url:
+    with serve_app(server.app(), path="/v1") as url:
         env = Judge(judge=url)
         mounted = await mount_env(env, "inprocess")
         try:

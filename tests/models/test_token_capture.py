@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -18,6 +15,7 @@ from starlette.routing import Route
 
 from palaestra.rollout.collector import run_eval
 from palaestra.rollout.config import RunConfig
+from palaestra.server.loopback import serve_app
 
 
 async def _chat(request: Request) -> JSONResponse:
@@ -36,18 +34,8 @@ async def _chat(request: Request) -> JSONResponse:
 
 @pytest.fixture
 def vllm_like() -> Iterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(Starlette(routes=[Route("/v1/chat/completions", _chat,
-                                                                   methods=["POST"])]), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        threading.Event().wait(0.01)
-    yield f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join(5)
+    with serve_app(Starlette(routes=[Route("/v1/chat/completions", _chat, methods=["POST"])]), path="/v1") as url:
+        yield url
 
 
 @pytest.mark.parametrize(("capture", "expected"), [(True, "ids+logprobs"), (False, "none")])

@@ -115,39 +115,29 @@ async def test_verifier_crash_is_failed_verifier(counter_spec: str) -> None:
 
 async def test_agent_server_runs_a_rollout_over_http(counter_spec: str) -> None:
     """POST /run against an env server and a model server, both real processes/servers on loopback."""
-    import socket
-    import threading
-
-    import uvicorn
-
+    from palaestra.server.loopback import serve_app
     from palaestra.server.model_app import create_model_app
 
     env = await mount_env(counter_spec, "local")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_model_app(ModelProxy(ScriptedBackend("constant",
-                            constant_text="150"))), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
     try:
-        while not server.started:
-            import asyncio
-
-            await asyncio.sleep(0.01)
-        app = create_agent_app()
-        async with app.router.lifespan_context(app), \
-                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as c:
-            resp = await c.post("/run", json={"task": TASK.model_dump(), "env_url": env.base_url,
-                                              "model_base_url": f"http://127.0.0.1:{port}/v1"}, timeout=30)
-            body = resp.json()
-            assert resp.status_code == 200, body
-            assert body["outcome"]["status"] == "scored"
-            assert body["verdict"]["components"] == {"state": 0.0, "answer": 1.0}
-            assert len(body["trajectory"]["model_calls"]) == 1
-            bad = await c.post("/run", json={"task": TASK.model_dump()})
-            assert bad.status_code == 400 and bad.json()["error"]["kind"] == "bad_request"
+        with serve_app(create_model_app(ModelProxy(ScriptedBackend("constant", constant_text="150"))),
+                       path="/v1") as model_url:
+            await _run_over_http(env, model_url)
     finally:
-        server.should_exit = True
-        thread.join(5)
         await env.stop()
+
+
+async def _run_over_http(env: Any, model_url: str) -> None:
+    """The agent server's /run with a real env server and model server; a bad request is a 400."""
+    app = create_agent_app()
+    async with app.router.lifespan_context(app), \
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as c:
+        resp = await c.post("/run", json={"task": TASK.model_dump(), "env_url": env.base_url,
+                                          "model_base_url": model_url}, timeout=30)
+        body = resp.json()
+        assert resp.status_code == 200, body
+        assert body["outcome"]["status"] == "scored"
+        assert body["verdict"]["components"] == {"state": 0.0, "answer": 1.0}
+        assert len(body["trajectory"]["model_calls"]) == 1
+        bad = await c.post("/run", json={"task": TASK.model_dump()})
+        assert bad.status_code == 400 and bad.json()["error"]["kind"] == "bad_request"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from palaestra.core.records import Task
 from palaestra.models.scripted import ScriptedBackend, reference_key
+from palaestra.server.loopback import serve_app
 from palaestra.server.model_app import create_model_app
 from palaestra.server.model_proxy import ModelProxy
 from palaestra.train.rollout_service import RolloutService
@@ -22,17 +22,6 @@ from palaestra.train.service_types import JobSpec
 
 HERE = Path(__file__).parent
 SPEC = f"{HERE / 'envs.py'}:Slowpoke"
-
-
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"palaestra_train_tests_{name}", HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-serve = _load("conftest").serve
 
 
 def tasks(n: int, slow_members: tuple[int, ...] = (), slow_s: float = 0.0, prefix: str = "t") -> list[Task]:
@@ -48,7 +37,7 @@ def policy_url() -> Iterator[str]:
     ref = Reference(tool_calls=[ToolCall(name="work")], final_answer="done")
     prompts = [f"Do task {p}{i}." for p in ("t", "s", "w", "v", "h") for i in range(8)]
     refs = {reference_key([{"role": "user", "content": p}]): ref for p in prompts}
-    with serve(create_model_app(ModelProxy(ScriptedBackend("oracle", references=refs)))) as url:
+    with serve_app(create_model_app(ModelProxy(ScriptedBackend("oracle", references=refs)))) as url:
         yield url + "/v1"
 
 
