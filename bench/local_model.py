@@ -26,7 +26,8 @@ import uvicorn
 
 from palaestra.models.local import make_local_backend
 from palaestra.models.local.backend import LocalBackend
-from palaestra.server.model_proxy import ModelProxy, create_model_app
+from palaestra.server.model_app import create_model_app
+from palaestra.server.model_proxy import ModelProxy
 
 TOPICS = ["the sea", "a red bicycle", "winter", "a lost key", "music", "the moon", "bread", "a library"]
 

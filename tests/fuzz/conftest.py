@@ -1,5 +1,7 @@
-"""Fuzz suite plumbing: the ``fuzz`` marker (long variants, skipped unless ``-m fuzz`` selects them) and
-the shared strategies module on ``sys.path`` (the suite imports with ``--import-mode=importlib``)."""
+"""Fuzz suite plumbing: the shared strategies module on ``sys.path`` (the suite imports with
+``--import-mode=importlib``) and hypothesis' cache directory. The ``fuzz`` marker of the long variants is
+registered in pyproject.toml and gated in tests/conftest.py (skipped unless ``-m fuzz``, ``--run-fuzz``
+or ``PALAESTRA_FUZZ=1`` asks for them)."""
 
 from __future__ import annotations
 
@@ -21,19 +23,3 @@ set_hypothesis_home_dir(_HYPOTHESIS_HOME)
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_HYPOTHESIS_HOME, ignore_errors=True)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "fuzz: long property-based fuzzing variant (minutes); run with `pytest -m fuzz tests/fuzz`"
-    )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The default run stays short: long variants run only when the marker expression names them."""
-    if "fuzz" in (config.getoption("markexpr") or ""):
-        return
-    skip = pytest.mark.skip(reason="long fuzz variant: run with `pytest -m fuzz tests/fuzz`")
-    for item in items:
-        if item.get_closest_marker("fuzz") is not None:
-            item.add_marker(skip)

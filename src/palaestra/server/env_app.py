@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -31,7 +32,38 @@ from palaestra.server.http import JSON, error_response, from_exception, read_jso
 from palaestra.server.openapi import openapi_document
 from palaestra.server.sessions import EnvironmentHost
 
+
+class _NotAnObject(PalaestraError):
+    """Well-formed JSON that is not the object a route takes (a JSON ``null`` included): 422, as the tool
+    route answers such arguments."""
+
+    kind = "bad_request"
+
+
+class _ToolNameConvertor(Convertor[str]):
+    """A tool name is whatever the model wrote: any characters, newlines and other control characters
+    included. Starlette's ``path`` convertor is ``.*`` before the route's ``$`` (no DOTALL), so a name with
+    a newline missed the tool route (a bare 404 the client took for a broken environment) or matched a
+    shorter one (``'add\\n'`` ran the real tool ``add``). This one matches every name, so every name reaches
+    the host, which answers one it does not know with the structured 404 ``unknown_tool`` naming the
+    available tools."""
+
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("tool_name", _ToolNameConvertor())
+
+_JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
+               list: "an array"}
+
 _STATUS = {
+    _NotAnObject: 422,
     UnknownSession: 404,
     UnknownTool: 404,
     BadArguments: 422,
@@ -114,8 +146,17 @@ def create_env_app(host: EnvironmentHost | Environment, *, reap_interval_s: floa
 
     async def verify(request: Request) -> Response:
         sid = request.path_params["sid"]
-        body = await read_json(request, "POST /sessions/{id}/verify")
-        traj = _trajectory({} if body is None else _obj(body, "POST /sessions/{id}/verify"))
+        what = "POST /sessions/{id}/verify"
+        if not await request.body():  # no body at all: verify an empty trajectory
+            traj = Trajectory()
+        else:  # a body is an object; a JSON null is not "no body" (read_json gives None for both)
+            body = await read_json(request, what)
+            if not isinstance(body, dict):
+                got = _JSON_TYPES.get(type(body), "another JSON value")
+                raise _NotAnObject(f"{what}: the body must be a JSON object, got {got}",
+                                   hint='send {"trajectory": {"messages": [...], ...}}, or no body at all to '
+                                        "verify an empty trajectory")
+            traj = _trajectory(body)
         verdict = await h.verify(sid, traj)
         return JSON(verdict.model_dump(mode="json"))
 
@@ -162,7 +203,7 @@ def create_env_app(host: EnvironmentHost | Environment, *, reap_interval_s: floa
 
     routes = [
         Route("/sessions", _guard(open_session), methods=["POST"]),
-        Route("/sessions/{sid}/tools/{name:path}", _guard(call_tool), methods=["POST"]),
+        Route("/sessions/{sid}/tools/{name:tool_name}", _guard(call_tool), methods=["POST"]),
         Route("/sessions/{sid}/verify", _guard(verify), methods=["POST"]),
         Route("/sessions/{sid}", _guard(delete_session), methods=["DELETE"]),
         Route("/verify", _guard(verify_stateless), methods=["POST"]),

@@ -132,6 +132,16 @@ def messages_stream(msg: Body) -> Iterator[tuple[str | None, Any]]:
     yield "message_stop", {"type": "message_stop"}
 
 
+def _reply(api: Api, result: Body, request: Body) -> Response:
+    if not request.get("stream"):
+        return _json(result)
+    if api == "chat":
+        return _sse(chat_stream(result, request))
+    if api == "responses":
+        return _sse(responses_stream(result))
+    return _sse(messages_stream(result))
+
+
 # ---- routes -------------------------------------------------------------------------------------
 def create_model_app(proxy: ModelProxy) -> Starlette:
     """The proxy as an ASGI app; every POST route also exists under ``/rollouts/{rollout_id}``."""
@@ -158,13 +168,15 @@ def create_model_app(proxy: ModelProxy) -> Starlette:
             except Exception as exc:  # a bug: answer a clean error, keep the traceback in the log
                 log.exception("model proxy failed on %s", request.url.path)
                 return _error("internal", f"model proxy error: {type(exc).__name__}: {exc}", 500, api=api)
-            if not body.get("stream"):
-                return _json(result)
-            if api == "chat":
-                return _sse(chat_stream(result, body))
-            if api == "responses":
-                return _sse(responses_stream(result))
-            return _sse(messages_stream(result))
+            try:
+                return _reply(api, result, body)
+            except Exception as exc:  # e.g. an integer beyond 64 bits in a chat response passed through
+                log.warning("model proxy cannot send the answer on %s: %s: %s", request.url.path,
+                            type(exc).__name__, exc)
+                return _error("model", f"the model backend's response cannot be sent as JSON "
+                              f"({type(exc).__name__}: {exc})"[:2000], 502,
+                              "the backend answered a value JSON clients cannot read (e.g. an integer "
+                              "beyond 64 bits); fix or update the backend", api=api)
 
         return handle
 

@@ -17,7 +17,6 @@ from typing import Any, Literal
 from palaestra.core.errors import ModelError
 from palaestra.core.records import ModelCallRecord
 from palaestra.models.base import CallContext, ModelBackend
-from palaestra.server.model_app import create_model_app
 from palaestra.wire import translate
 
 log = logging.getLogger(__name__)
@@ -25,7 +24,7 @@ log = logging.getLogger(__name__)
 Api = Literal["chat", "responses", "messages"]
 APIS: tuple[Api, ...] = ("chat", "responses", "messages")
 
-__all__ = ["APIS", "Api", "ModelProxy", "create_model_app", "token_fields"]
+__all__ = ["APIS", "Api", "ModelProxy", "token_fields"]
 
 
 def _int_list(value: Any) -> list[int] | None:
@@ -65,8 +64,9 @@ def _int_usage(response: dict[str, Any]) -> dict[str, int]:
     usage = response.get("usage")
     if not isinstance(usage, dict):
         return {}
-    # A backend's token counts are data, not trusted: negative or beyond 64 bits they are dropped.
-    return {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**62}
+    # A backend's token counts are data, not trusted: the ones translate.token_count finds implausible
+    # (negative, fractional, not numbers, beyond 2**53) are dropped, as the dialect translators zero them.
+    return {k: n for k, v in usage.items() if (n := translate.token_count(v)) is not None}
 
 
 class ModelProxy:

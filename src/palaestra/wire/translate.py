@@ -75,9 +75,39 @@ def _choice(chat: Body) -> tuple[Body, str | None]:
     return first.get("message") or {}, first.get("finish_reason")
 
 
+MAX_TOKEN_COUNT = 2**53 - 1
+
+
+def token_count(value: Any) -> int | None:
+    """A backend's token count, or None where it is not a plausible one.
+
+    A count is data the backend sent, not something to trust: only a whole, non-negative JSON number up
+    to ``MAX_TOKEN_COUNT`` is kept (an integral float such as ``12.0`` counts as 12). Anything else (a
+    string, a bool, NaN, a negative or fractional number, ``1e30``, ``2**64 - 1``) is unknown.
+
+    Why unknown rather than clamped or rejected: the count is bookkeeping beside an answer that is fine,
+    so failing the call would throw a good completion away over a number the harness only displays; a
+    clamped count would be a made-up figure that looks real in reports and training data, whereas an
+    unknown one reads as 0, exactly as a missing count already does. Why ``2**53``: every kept count is
+    exact in any JSON reader (JavaScript harnesses such as Claude Code hold numbers as doubles) and any
+    sum of counts stays far inside the 64-bit range orjson can write, so the proxy always answers a valid
+    body instead of failing to encode it (a plain HTTP 500)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float):
+        if not value.is_integer():  # NaN and the infinities are not integers either
+            return None
+        value = int(value)
+    return value if 0 <= value <= MAX_TOKEN_COUNT else None
+
+
 def _usage(chat: Body) -> tuple[int, int]:
-    usage = chat.get("usage") or {}
-    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    """Prompt and completion token counts of a chat response; an implausible or missing one is 0 (see
+    ``token_count``), and a ``usage`` that is not an object is no usage."""
+    usage = chat.get("usage")
+    if not isinstance(usage, dict):
+        return 0, 0
+    return token_count(usage.get("prompt_tokens")) or 0, token_count(usage.get("completion_tokens")) or 0
 
 
 # ---- OpenAI Responses API ----------------------------------------------------------------------
@@ -193,7 +223,7 @@ def chat_to_responses(chat: Body, request: Body | None = None) -> Body:
     inp, out = _usage(chat)
     incomplete = finish == "length"
     return {
-        "id": f"resp_{base_id}", "object": "response", "created_at": chat.get("created") or int(time.time()),
+        "id": f"resp_{base_id}", "object": "response", "created_at": _created(chat),
         "status": "incomplete" if incomplete else "completed", "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
         "model": chat.get("model") or request.get("model") or "", "output": output,
@@ -207,6 +237,14 @@ def chat_to_responses(chat: Body, request: Body | None = None) -> Body:
                   "input_tokens_details": {"cached_tokens": 0},
                   "output_tokens_details": {"reasoning_tokens": 0}},
     }
+
+
+def _created(chat: Body) -> int:
+    """The response's Unix time; one that is not a plausible whole number of seconds is now."""
+    created = chat.get("created")
+    if isinstance(created, bool) or not isinstance(created, int) or not 0 < created <= MAX_TOKEN_COUNT:
+        return int(time.time())
+    return created
 
 
 def _loads_object(text: str) -> Body | None:
