@@ -95,8 +95,13 @@ class MountedEnv:
 async def mount_env(spec: str | Environment, placement: str = "inprocess") -> MountedEnv:
     """Mount an environment in the given placement and return a client for it."""
     t0 = time.perf_counter()
+    if placement == "ray":  # valid, but only where there is a cluster to place the servers on
+        raise ConfigError("--placement ray runs environment servers as Ray actors, so it needs a cluster",
+                          hint="add --cluster ray:local (a Ray cluster on this machine) or --cluster ray:HOST:PORT, "
+                               "or use --placement local for a server process on this machine")
     if placement not in PLACEMENTS:
-        raise ConfigError(f"unknown placement '{placement}'", hint=f"use one of {', '.join(PLACEMENTS)}")
+        raise ConfigError(f"unknown placement '{placement}'", hint=f"use one of {', '.join(PLACEMENTS)}, or ray "
+                                                                  "with --cluster")
     env = spec if isinstance(spec, Environment) else None
     spec_str = spec if isinstance(spec, str) else f"{type(spec).__module__}:{type(spec).__qualname__}"
     if placement == "local":

@@ -7,6 +7,7 @@ import asyncio
 import httpx
 import pytest
 
+from palaestra.core.errors import ConfigError
 from palaestra.core.records import Task, ToolCallRecord, Trajectory
 from palaestra.envs.registry import load_env
 from palaestra.placement import mount_env
@@ -162,3 +163,12 @@ async def test_local_process_dies_with_its_parent_pipe(counter_spec: str) -> Non
     proc.stdin.close()  # what happens when the runtime is SIGKILLed
     assert await asyncio.to_thread(proc.wait, 10) == 0
     await mounted.stop()  # stopping an exited server only releases its pipes
+
+
+async def test_placement_errors_name_the_fix() -> None:
+    with pytest.raises(ConfigError, match="needs a cluster") as ray:
+        await mount_env("mcqa", "ray")
+    assert "--cluster ray:local" in (ray.value.hint or "")
+    with pytest.raises(ConfigError, match="unknown placement 'nearby'") as bogus:
+        await mount_env("mcqa", "nearby")
+    assert "direct" in (bogus.value.hint or "")
