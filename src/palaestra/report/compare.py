@@ -234,8 +234,9 @@ def run_spend(run_dir: str | Path, name: str | None = None) -> RunSpend:
         raw_prices = config.get("model_prices")
         prices = {str(k): float(v) for k, v in raw_prices.items() if _float(v) is not None} \
             if isinstance(raw_prices, dict) else {}
-        # records are read one at a time by offset: a long journal is never held in memory whole
-        usage = model_usage((index.read_record(i) for i in range(len(index.rows))), prices)
+        # records stream through one open file: a long journal is never held in memory whole
+        records = index.read_records(range(len(index.rows)))
+        usage = model_usage((rec for _, rec in records if rec is not None), prices)
     overall = metrics.get("overall")
     overall = overall if isinstance(overall, dict) else {}
     pass_at_k = overall.get("pass_at_k")
