@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-import uuid
 from collections.abc import Awaitable
 from typing import Any, Protocol, TypeVar
 
 from palaestra.agents.base import Agent, BackendChat, ToolSurface
 from palaestra.client.env_client import EnvClient
+from palaestra.core import ids
 from palaestra.core.errors import InfraError, PalaestraError
 from palaestra.core.records import ModelCallRecord, Outcome, Rollout, Task, Trajectory, Usage, Verdict
 from palaestra.models.base import CallContext
@@ -38,7 +38,7 @@ async def within(aw: Awaitable[T], seconds: float) -> T:
 
 
 def new_rollout_id() -> str:
-    return uuid.uuid4().hex
+    return ids.rollout_id()
 
 
 async def run_rollout(

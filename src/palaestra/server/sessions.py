@@ -6,11 +6,11 @@ exactly the same session logic."""
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from palaestra.core import ids
 from palaestra.core.environment import Environment, maybe_await
 from palaestra.core.errors import (
     BadArguments,
@@ -59,7 +59,7 @@ class EnvironmentHost:
                 )
         state = await maybe_await(self.env.seed(task))
         now = time.monotonic()
-        sid = secrets.token_urlsafe(18)
+        sid = ids.session_id()
         self.sessions[sid] = Session(sid, task, state, now, now)
         return {"session_id": sid, "tools": self.tools(task), "messages": self.env.prompt(task)}
 
