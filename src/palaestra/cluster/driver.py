@@ -131,15 +131,10 @@ class RayCollector:
 
     async def _one(self, task: Task, repeat: int, first_attempt: int, journal: Journal) -> None:
         """Attempts until scored or out of attempts, each journaled before the next starts (as locally)."""
-        for attempt in range(first_attempt, self.cfg.max_attempts):
-            rollout = await self._attempt(task, repeat, attempt)
-            await journal.append(rollout)
-            done = rollout.outcome.status == "scored"
-            if self.on_rollout:
-                self.on_rollout(rollout, done or attempt + 1 >= self.cfg.max_attempts)
-            if done:
-                return
-            await asyncio.sleep(min(0.05 * 2 ** (attempt - first_attempt), 2.0))
+        from palaestra.rollout.collector import attempts_until_scored  # imported late, as drain is
+
+        await attempts_until_scored(lambda n: self._attempt(task, repeat, n), first_attempt, self.cfg.max_attempts,
+                                    journal, self.on_rollout)
 
 
 def _first_line(exc: BaseException) -> str:

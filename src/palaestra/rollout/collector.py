@@ -9,7 +9,7 @@ import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,21 +92,16 @@ class Collector:
         env: EnvClient = self.envs[task.env].client
         agent = self.agents[task.agent or self.cfg.agent]
         route = self.models.route(spec)
-        for attempt in range(first_attempt, self.cfg.max_attempts):
-            kw: dict[str, Any] = {"env": env, "agent": agent, "repeat": repeat, "attempt": attempt,
+
+        async def attempt(n: int) -> Rollout:
+            kw: dict[str, Any] = {"env": env, "agent": agent, "repeat": repeat, "attempt": n,
                                   "deadline_s": self.cfg.deadline_s, "sampling": self._sampling(repeat)}
             if route is not None and route.strategy == "cascade":
-                rollout = await run_cascade(task, route, spec, self.models, **kw)
-            else:
-                rollout = await run_rollout(task, proxy=self.models.proxy(spec), model_name=redact_url(spec),
-                                            with_reference=needs_reference(self.models.resolve(spec)), **kw)
-            await journal.append(rollout)
-            done = rollout.outcome.status == "scored"
-            if self.on_rollout:
-                self.on_rollout(rollout, done or attempt + 1 >= self.cfg.max_attempts)
-            if done:
-                return
-            await asyncio.sleep(min(0.05 * 2 ** (attempt - first_attempt), 2.0))
+                return await run_cascade(task, route, spec, self.models, **kw)
+            return await run_rollout(task, proxy=self.models.proxy(spec), model_name=redact_url(spec),
+                                     with_reference=needs_reference(self.models.resolve(spec)), **kw)
+
+        await attempts_until_scored(attempt, first_attempt, self.cfg.max_attempts, journal, self.on_rollout)
 
     async def collect(self, pending: list[tuple[Task, int, int]]) -> None:
         await self._setup()
@@ -115,6 +110,22 @@ class Collector:
                 await drain(pending, self.cfg.concurrency, lambda t, r, a: self._one(t, r, a, journal))
         finally:
             await self._teardown()
+
+
+async def attempts_until_scored(attempt: Callable[[int], Awaitable[Rollout]], first_attempt: int, max_attempts: int,
+                                journal: Journal, on_rollout: ProgressFn | None) -> None:
+    """Run attempts ``first_attempt, ...`` of one (task, repeat) until one is scored or none is left; each is
+    journaled before the next starts, with a short backoff between them. Shared by the local and the Ray
+    collectors, which differ only in how one attempt runs."""
+    for n in range(first_attempt, max_attempts):
+        rollout = await attempt(n)
+        await journal.append(rollout)
+        done = rollout.outcome.status == "scored"
+        if on_rollout:
+            on_rollout(rollout, done or n + 1 >= max_attempts)
+        if done:
+            return
+        await asyncio.sleep(min(0.05 * 2 ** (n - first_attempt), 2.0))
 
 
 async def drain(pending: list[tuple[Task, int, int]], concurrency: int,
