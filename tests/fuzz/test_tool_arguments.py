@@ -10,6 +10,7 @@ stack; and the session still verifies afterwards.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,18 +140,16 @@ async def _still_verifies(m: Mounted) -> None:
     assert isinstance(resp.json()["reward"], (int, float))
 
 
-def _host_property(cfg: settings, spec: str) -> None:
+def _property_on_env(cfg: settings, spec: str,
+                     step: Callable[[asyncio.AbstractEventLoop, Mounted, st.DataObject], None]) -> None:
+    """Mount ``spec``, run ``step`` on hypothesis data against it, then check the session still verifies."""
     def body(loop: asyncio.AbstractEventLoop) -> None:
         m = run(loop, _mount(spec))
-        names = sorted(m.tools)
 
         @cfg
         @given(st.data())
         def prop(data: st.DataObject) -> None:
-            name = data.draw(st.sampled_from(names) | ROUTE_SAFE_NAMES | STRINGS, label="name")
-            tool = m.tools.get(name, {})
-            args = data.draw(_arguments_for(tool, name), label="arguments")
-            run(loop, _call_host(m, name, args))
+            step(loop, m, data)
 
         try:
             prop()
@@ -161,55 +160,46 @@ def _host_property(cfg: settings, spec: str) -> None:
     with_loop(body)
 
 
-def _http_property(cfg: settings, spec: str) -> None:
-    def body(loop: asyncio.AbstractEventLoop) -> None:
-        m = run(loop, _mount(spec))
-        names = sorted(m.tools)
+def _host_step(loop: asyncio.AbstractEventLoop, m: Mounted, data: st.DataObject) -> None:
+    name = data.draw(st.sampled_from(sorted(m.tools)) | ROUTE_SAFE_NAMES | STRINGS, label="name")
+    args = data.draw(_arguments_for(m.tools.get(name, {}), name), label="arguments")
+    run(loop, _call_host(m, name, args))
 
-        @cfg
-        @given(st.data())
-        def prop(data: st.DataObject) -> None:
-            name = data.draw(st.sampled_from(names) | ROUTE_SAFE_NAMES, label="name")
-            how = data.draw(st.sampled_from(["json", "json", "bytes", "text"]), label="how")
-            if how == "json":
-                content = orjson.dumps(data.draw(_arguments_for(m.tools.get(name, {}), name), label="arguments"))
-            elif how == "bytes":
-                content = data.draw(st.binary(max_size=200), label="bytes")
-            else:
-                content = data.draw(STRINGS, label="text").encode()
-            run(loop, _call_http(m, name, content))
 
-        try:
-            prop()
-            run(loop, _still_verifies(m))
-        finally:
-            run(loop, _unmount(m))
-
-    with_loop(body)
+def _http_step(loop: asyncio.AbstractEventLoop, m: Mounted, data: st.DataObject) -> None:
+    name = data.draw(st.sampled_from(sorted(m.tools)) | ROUTE_SAFE_NAMES, label="name")
+    how = data.draw(st.sampled_from(["json", "json", "bytes", "text"]), label="how")
+    if how == "json":
+        content = orjson.dumps(data.draw(_arguments_for(m.tools.get(name, {}), name), label="arguments"))
+    elif how == "bytes":
+        content = data.draw(st.binary(max_size=200), label="bytes")
+    else:
+        content = data.draw(STRINGS, label="text").encode()
+    run(loop, _call_http(m, name, content))
 
 
 @pytest.mark.parametrize("spec", ENVS, ids=ENV_IDS)
 def test_host_call_tool_answers_or_raises_documented_errors(spec: str) -> None:
-    _host_property(ci(60), spec)
+    _property_on_env(ci(60), spec, _host_step)
 
 
 @pytest.mark.parametrize("spec", ENVS, ids=ENV_IDS)
 def test_http_tool_route_never_5xx(spec: str) -> None:
-    _http_property(ci(60), spec)
+    _property_on_env(ci(60), spec, _http_step)
 
 
 @pytest.mark.fuzz
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("spec", ENVS, ids=ENV_IDS)
 def test_host_call_tool_long(spec: str) -> None:
-    _host_property(long(3000), spec)
+    _property_on_env(long(3000), spec, _host_step)
 
 
 @pytest.mark.fuzz
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("spec", ENVS, ids=ENV_IDS)
 def test_http_tool_route_long(spec: str) -> None:
-    _http_property(long(3000), spec)
+    _property_on_env(long(3000), spec, _http_step)
 
 
 async def test_unknown_session_is_404_json() -> None:
