@@ -129,8 +129,10 @@ def walk_files(root: str, rel: str, *, max_bytes: int, max_files: int) -> dict[s
     out: dict[str, bytes] = {}
     total = 0
     try:
-        for prefix, dirfd, names in _fwalk(pfd, ""):
-            for name in names:
+        for prefix, dirfd, entries in _fwalk(pfd, ""):
+            for name, st in entries:
+                if not stat.S_ISREG(st.st_mode):
+                    continue
                 try:
                     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dirfd)
                 except OSError:
@@ -150,22 +152,21 @@ def walk_files(root: str, rel: str, *, max_bytes: int, max_files: int) -> dict[s
     return out
 
 
-def _fwalk(dirfd: int, prefix: str, depth: int = 0) -> Iterator[tuple[str, int, list[str]]]:
+def _fwalk(dirfd: int, prefix: str, depth: int = 0) -> Iterator[tuple[str, int, list[tuple[str, os.stat_result]]]]:
+    """Every entry below ``dirfd`` with its lstat, one directory at a time, never following a link; the
+    caller reads through ``dirfd``, so a path swapped for a symlink meanwhile cannot redirect it."""
     if depth > 64:
         raise ValueError("directory tree deeper than 64 levels")
-    files: list[str] = []
-    subdirs: list[str] = []
+    entries: list[tuple[str, os.stat_result]] = []
     for entry in sorted(os.listdir(dirfd)):
         try:
-            st = os.stat(entry, dir_fd=dirfd, follow_symlinks=False)
+            entries.append((entry, os.stat(entry, dir_fd=dirfd, follow_symlinks=False)))
         except OSError:
             continue
-        if stat.S_ISDIR(st.st_mode):
-            subdirs.append(entry)
-        elif stat.S_ISREG(st.st_mode):
-            files.append(entry)
-    yield prefix, dirfd, files
-    for name in subdirs:
+    yield prefix, dirfd, entries
+    for name, st in entries:
+        if not stat.S_ISDIR(st.st_mode):
+            continue
         try:
             sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
         except OSError:

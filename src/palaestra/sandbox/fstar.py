@@ -11,9 +11,8 @@ import io
 import os
 import stat
 import tarfile
-from collections.abc import Iterator
 
-from palaestra.sandbox.fsops import _read_fd, _walk_to_parent, write_file
+from palaestra.sandbox.fsops import _fwalk, _read_fd, _walk_to_parent, write_file
 
 
 def tar_tree(root: str, rel: str, *, max_bytes: int, max_files: int) -> bytes:
@@ -28,7 +27,7 @@ def tar_tree(root: str, rel: str, *, max_bytes: int, max_files: int) -> bytes:
     total = count = 0
     try:
         with tarfile.open(fileobj=buf, mode="w") as tar:
-            for prefix, dirfd, names in _fwalk_all(pfd, ""):
+            for prefix, dirfd, names in _fwalk(pfd, ""):
                 for name, st in names:
                     count += 1
                     if count > max_files:
@@ -56,29 +55,6 @@ def tar_tree(root: str, rel: str, *, max_bytes: int, max_files: int) -> bytes:
     finally:
         os.close(pfd)
     return buf.getvalue()
-
-
-def _fwalk_all(dirfd: int, prefix: str, depth: int = 0) -> Iterator[tuple[str, int, list[tuple[str, os.stat_result]]]]:
-    if depth > 64:
-        raise ValueError("directory tree deeper than 64 levels")
-    entries: list[tuple[str, os.stat_result]] = []
-    for entry in sorted(os.listdir(dirfd)):
-        try:
-            entries.append((entry, os.stat(entry, dir_fd=dirfd, follow_symlinks=False)))
-        except OSError:
-            continue
-    yield prefix, dirfd, entries
-    for name, st in entries:
-        if not stat.S_ISDIR(st.st_mode):
-            continue
-        try:
-            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
-        except OSError:
-            continue
-        try:
-            yield from _fwalk_all(sub, f"{prefix}{name}/", depth + 1)
-        finally:
-            os.close(sub)
 
 
 def untar_into(root: str, rel: str, data: bytes, *, owner: tuple[int, int] | None) -> None:
