@@ -73,6 +73,14 @@ class Sandbox(abc.ABC):
             norm = norm[1:]
         return norm
 
+    @staticmethod
+    def checked_argv(argv: Sequence[str]) -> list[str]:
+        """``argv`` as strings; every provider refuses an empty one or a NUL byte (no exec can carry it)."""
+        out = [str(a) for a in argv]
+        if not out or any("\0" in a for a in out):
+            raise ValueError("argv must be a non-empty list of strings without NUL bytes")
+        return out
+
     async def run(self, command: str, *, timeout: float = 30.0, **kwargs: Any) -> ExecResult:
         """Convenience: run a shell command line with ``/bin/sh -c``."""
         return await self.exec(["/bin/sh", "-c", command], timeout=timeout, **kwargs)

@@ -68,9 +68,7 @@ class DockerSandbox(Sandbox):
 
     async def exec(self, argv: Sequence[str], *, timeout: float = 30.0, stdin: bytes | None = None,
                    env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
-        argv = [str(a) for a in argv]
-        if not argv or any("\0" in a for a in argv):
-            raise ValueError("argv must be a non-empty list of strings without NUL bytes")
+        argv = self.checked_argv(argv)
         self._check_open()
         async with self._lock:
             full_env = merge_env({"HOME": self.spec.workdir, "TMPDIR": "/tmp", "PALAESTRA_SANDBOX_ID": self.id},

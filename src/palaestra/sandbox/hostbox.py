@@ -206,9 +206,7 @@ class HostSandbox(Sandbox):
 
     async def exec(self, argv: Sequence[str], *, timeout: float = 30.0, stdin: bytes | None = None,
                    env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
-        argv = [str(a) for a in argv]
-        if not argv or any("\0" in a for a in argv):
-            raise ValueError("argv must be a non-empty list of strings without NUL bytes")
+        argv = self.checked_argv(argv)
         self._check_open()
         async with self._lock:
             self._check_open()
