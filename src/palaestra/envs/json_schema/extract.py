@@ -10,6 +10,8 @@ import json
 import re
 from typing import Any
 
+from palaestra.envs.values import typed_equal
+
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
 _MISSING = object()
 
@@ -97,21 +99,10 @@ def is_missing(value: Any) -> bool:
     return value is _MISSING
 
 
+def _strip_fold(text: str) -> str:
+    return text.strip().casefold()
+
+
 def same(expected: Any, got: Any, *, normalize_strings: bool = False) -> bool:
-    """Typed equality: numbers numerically (1 == 1.0, but True is not 1), strings exactly or (when
-    asked) after strip and casefold, containers element-wise."""
-    if isinstance(expected, bool) or isinstance(got, bool):
-        return isinstance(expected, bool) and isinstance(got, bool) and expected == got
-    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
-        return abs(float(expected) - float(got)) <= 1e-9 * max(1.0, abs(float(expected)))
-    if isinstance(expected, str) and isinstance(got, str):
-        if normalize_strings:
-            return expected.strip().casefold() == got.strip().casefold()
-        return expected == got
-    if isinstance(expected, list) and isinstance(got, list):
-        return len(expected) == len(got) and all(
-            same(e, g, normalize_strings=normalize_strings) for e, g in zip(expected, got, strict=True))
-    if isinstance(expected, dict) and isinstance(got, dict):
-        return expected.keys() == got.keys() and all(
-            same(v, got[k], normalize_strings=normalize_strings) for k, v in expected.items())
-    return bool(expected is None and got is None)
+    """Typed equality (``envs.values``): strings exactly or (when asked) after strip and casefold."""
+    return typed_equal(expected, got, fold=_strip_fold if normalize_strings else None)

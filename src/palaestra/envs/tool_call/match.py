@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from palaestra.envs.values import typed_equal
+
 ONE_OF = "$one_of"
 
 
@@ -21,26 +23,14 @@ class Call:
     arguments: dict[str, Any] | None
 
 
+def _space_fold(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
 def same_value(expected: Any, got: Any, normalize_strings: bool) -> bool:
-    """Typed equality: numbers numerically (2 == 2.0; booleans are not numbers), strings exactly or
-    after strip+casefold when ``normalize_strings``, lists in order, objects key by key."""
-    if isinstance(expected, dict) and set(expected) == {ONE_OF}:
-        return any(same_value(option, got, normalize_strings) for option in expected[ONE_OF])
-    if isinstance(expected, bool) or isinstance(got, bool):
-        return isinstance(expected, bool) and isinstance(got, bool) and expected == got
-    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
-        return abs(float(expected) - float(got)) <= 1e-9 * max(1.0, abs(float(expected)))
-    if isinstance(expected, str) and isinstance(got, str):
-        if normalize_strings:
-            return " ".join(expected.split()).casefold() == " ".join(got.split()).casefold()
-        return expected == got
-    if isinstance(expected, list) and isinstance(got, list):
-        return len(expected) == len(got) and all(
-            same_value(e, g, normalize_strings) for e, g in zip(expected, got, strict=True))
-    if isinstance(expected, dict) and isinstance(got, dict):
-        return expected.keys() == got.keys() and all(
-            same_value(v, got[k], normalize_strings) for k, v in expected.items())
-    return expected is None and got is None
+    """Typed equality (``envs.values``) where ``{"one_of": [...]}`` accepts any listed value; strings
+    exactly, or with whitespace runs collapsed and case folded when ``normalize_strings``."""
+    return typed_equal(expected, got, fold=_space_fold if normalize_strings else None, one_of=ONE_OF)
 
 
 def argument_problems(expected: Call, got: Call, defaults: dict[str, Any], normalize_strings: bool,
