@@ -79,13 +79,7 @@ def render_page(*, title: str, overview_html: str, data: dict[str, Any], live: b
     policy = csp([script], connect_self=live)
     status = '<span class="status" id="live-status">live</span>' if live else \
         '<span class="status">static report · opens offline</span>'
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{esc(policy)}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{esc(title)}</title>
-<style>{asset("report.css")}</style>
-</head><body data-mode="{'live' if live else 'static'}">
+    return f"""{_head(title, policy)}<body data-mode="{'live' if live else 'static'}">
 <header><h1>{esc(title)}</h1><a href="#overview">overview</a><a href="#rollouts">rollouts</a>{status}</header>
 <main>
 <section id="overview">{overview_html}</section>
@@ -97,14 +91,19 @@ def render_page(*, title: str, overview_html: str, data: dict[str, Any], live: b
 """
 
 
-def render_static_page(*, title: str, body_html: str) -> str:
-    """A page with no script at all (the comparison page): same styles, nothing can run."""
-    policy = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+def _head(title: str, policy: str) -> str:
+    """The document head both pages share; only their Content-Security-Policy differs."""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{esc(policy)}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{esc(title)}</title>
 <style>{asset("report.css")}</style>
-</head><body><header><h1>{esc(title)}</h1></header><main>{body_html}</main></body></html>
+</head>"""
+
+
+def render_static_page(*, title: str, body_html: str) -> str:
+    """A page with no script at all (the comparison page): same styles, nothing can run."""
+    policy = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+    return f"""{_head(title, policy)}<body><header><h1>{esc(title)}</h1></header><main>{body_html}</main></body></html>
 """
