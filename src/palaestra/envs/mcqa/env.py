@@ -75,16 +75,18 @@ class MCQA(Environment):
     # on the same Task objects but interleaved (hundreds in flight), so results are kept by identity for
     # the last _MEMO_SIZE tasks; the Task is kept alongside so a recycled id() never matches.
     _MEMO_SIZE = 8192
-    _memo: dict[int, tuple[Task, Options]]
+
+    def __init__(self) -> None:
+        self._memo: dict[int, tuple[Task, Options]] = {}
 
     def check_task(self, task: Task) -> None:
-        memo = self.__dict__.setdefault("_memo", {})
+        memo = self._memo
         if len(memo) >= self._MEMO_SIZE:
-            memo.pop(next(iter(memo), None), None)  # oldest first; verify may run in a worker thread
+            del memo[next(iter(memo))]  # the oldest first
         memo[id(task)] = (task, self._checked_options(task))
 
     def _options(self, task: Task) -> Options:
-        hit = self.__dict__.get("_memo", {}).get(id(task))
+        hit = self._memo.get(id(task))
         if hit is not None and hit[0] is task:
             return hit[1]
         self.check_task(task)
