@@ -9,6 +9,7 @@ the server advances the index in a background thread while requests read it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -134,31 +135,34 @@ class JournalIndex:
                 if time.monotonic() >= deadline:
                     return
 
-    def read_record(self, seq: int) -> dict[str, Any]:
-        """The full journal record number ``seq``; IndexError when the index has no such record."""
+    def _span(self, seq: int) -> tuple[int, int] | None:
+        """(offset, length) of record ``seq`` in the journal, or None when the index has no such record."""
         with self._lock:
             if not 0 <= seq < len(self.rows):
-                raise IndexError(f"no rollout #{seq} in {self.path} (it has {len(self.rows)} indexed)")
-            offset, length = self.offsets[seq], self.lengths[seq]
+                return None
+            return self.offsets[seq], self.lengths[seq]
+
+    def read_record(self, seq: int) -> dict[str, Any]:
+        """The full journal record number ``seq``; IndexError when the index has no such record."""
+        span = self._span(seq)
+        if span is None:
+            raise IndexError(f"no rollout #{seq} in {self.path} (it has {len(self.rows)} indexed)")
         with self.path.open("rb") as fh:
-            data = os.pread(fh.fileno(), length, offset)
+            data = os.pread(fh.fileno(), span[1], span[0])
         rec: dict[str, Any] = orjson.loads(data)
         return rec
 
     def read_records(self, seqs: Iterable[int]) -> Iterator[tuple[int, dict[str, Any] | None]]:
         """``(seq, record)`` for each seq, through one open file (a report reads thousands in a row);
-        the record is None for a seq the index does not hold or a line that no longer parses."""
+        the record is None for a seq the index does not hold or a line that no longer parses. The index
+        lock is never held while the caller runs between two records."""
         with self.path.open("rb") as fh:
             for seq in seqs:
-                with self._lock:
-                    if not 0 <= seq < len(self.rows):
-                        yield seq, None
-                        continue
-                    offset, length = self.offsets[seq], self.lengths[seq]
-                try:
-                    rec = orjson.loads(os.pread(fh.fileno(), length, offset))
-                except orjson.JSONDecodeError:
-                    rec = None
+                span = self._span(seq)
+                rec = None
+                if span is not None:
+                    with contextlib.suppress(orjson.JSONDecodeError):
+                        rec = orjson.loads(os.pread(fh.fileno(), span[1], span[0]))
                 yield seq, rec if isinstance(rec, dict) else None
 
     def snapshot(self) -> list[Row]:
