@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 
-def _count(value: Any) -> int:
+def as_count(value: Any) -> int:
+    """A stored count as an int; anything that is not a plausible number (bool, NaN, huge) is 0."""
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
         and abs(value) < 2**62 else 0
 
@@ -29,8 +30,8 @@ def model_usage(records: Iterable[Mapping[str, Any]], prices: Mapping[str, float
             usage = call.get("usage")
             usage = usage if isinstance(usage, Mapping) else {}
             row["calls"] += 1
-            row["prompt_tokens"] += _count(usage.get("prompt_tokens"))
-            row["completion_tokens"] += _count(usage.get("completion_tokens"))
+            row["prompt_tokens"] += as_count(usage.get("prompt_tokens"))
+            row["completion_tokens"] += as_count(usage.get("completion_tokens"))
     for name, row in out.items():
         if prices and name in prices:
             row["cost"] = (row["prompt_tokens"] + row["completion_tokens"]) * prices[name] / 1e6

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from palaestra.metrics.usage import model_usage
+from palaestra.metrics.usage import as_count, model_usage
 from palaestra.report.index import JournalIndex
 from palaestra.report.overview import compute_run_metrics
 from palaestra.report.rundata import ReportError, load_run_info, stored_metrics
@@ -183,11 +183,6 @@ class RunSpend:
                            for name, m in self.models.items()}}
 
 
-def _int(value: Any) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
-        and abs(value) < 2**62 else 0
-
-
 def _float(value: Any) -> float | None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
     return float(value) if ok else None
@@ -199,8 +194,8 @@ def _model_spend(usage: Any) -> dict[str, ModelSpend]:
     out: dict[str, ModelSpend] = {}
     for name, row in (usage.items() if isinstance(usage, dict) else []):
         if isinstance(row, dict):
-            out[str(name)] = ModelSpend(_int(row.get("calls")), _int(row.get("prompt_tokens")),
-                                        _int(row.get("completion_tokens")), _float(row.get("cost")))
+            out[str(name)] = ModelSpend(as_count(row.get("calls")), as_count(row.get("prompt_tokens")),
+                                        as_count(row.get("completion_tokens")), _float(row.get("cost")))
     return dict(sorted(out.items()))
 
 
@@ -244,7 +239,7 @@ def run_spend(run_dir: str | Path, name: str | None = None) -> RunSpend:
     return RunSpend(name or path.resolve().name, path, _strategy(config, path),
                     _float(overall.get("mean_reward")),
                     _float(pass_at_k.get("1")) if isinstance(pass_at_k, dict) else None,
-                    _float(overall.get("coverage")), _int(overall.get("n_rollouts_scored")),
+                    _float(overall.get("coverage")), as_count(overall.get("n_rollouts_scored")),
                     _model_spend(usage), source)
 
 
