@@ -16,16 +16,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import threading
 import time
 from typing import Any
 
 import httpx
 import torch
-import uvicorn
 
 from palaestra.models.local import make_local_backend
 from palaestra.models.local.backend import LocalBackend
+from palaestra.server.loopback import serve_app
 from palaestra.server.model_app import create_model_app
 from palaestra.server.model_proxy import ModelProxy
 
@@ -73,14 +72,6 @@ async def bench_server(url: str, batch: int, tokens: int) -> float:
     return batch * tokens / elapsed
 
 
-def serve(app: Any) -> tuple[uvicorn.Server, str]:
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
-    threading.Thread(target=server.run, daemon=True).start()
-    while not server.started:
-        time.sleep(0.01)
-    return server, f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="local")
@@ -95,24 +86,22 @@ async def main() -> None:
     await backend.ready()
     bench_generate(backend, 1, 4)  # warm both paths before timing
     await bench_backend(backend, 1, 4)
-    server, url = serve(create_model_app(ModelProxy(backend)))
     info = backend.engine.loaded.result().info
     try:
-        for batch in batches:
-            gen = direct = http = 0.0
-            for _ in range(args.repeat):  # interleaved, so a burst of outside load hits every column alike
-                gen = max(gen, bench_generate(backend, batch, args.tokens))
-                direct = max(direct, await bench_backend(backend, batch, args.tokens))
-                http = max(http, await bench_server(url, batch, args.tokens))
-            print(json.dumps({"concurrency": batch, "tokens_each": args.tokens, "dtype": args.dtype,
-                              "threads": info["threads"], "generate_tok_s": round(gen, 1),
-                              "backend_tok_s": round(direct, 1), "server_tok_s": round(http, 1),
-                              "ratio_backend": round(direct / gen, 3), "ratio_server": round(http / gen, 3)}),
-                  flush=True)
+        with serve_app(create_model_app(ModelProxy(backend))) as url:
+            for batch in batches:
+                gen = direct = http = 0.0
+                for _ in range(args.repeat):  # interleaved, so a burst of outside load hits every column alike
+                    gen = max(gen, bench_generate(backend, batch, args.tokens))
+                    direct = max(direct, await bench_backend(backend, batch, args.tokens))
+                    http = max(http, await bench_server(url, batch, args.tokens))
+                print(json.dumps({"concurrency": batch, "tokens_each": args.tokens, "dtype": args.dtype,
+                                  "threads": info["threads"], "generate_tok_s": round(gen, 1),
+                                  "backend_tok_s": round(direct, 1), "server_tok_s": round(http, 1),
+                                  "ratio_backend": round(direct / gen, 3), "ratio_server": round(http / gen, 3)}),
+                      flush=True)
     finally:
-        server.should_exit = True
         await backend.aclose()
-
 
 if __name__ == "__main__":
     asyncio.run(main())

@@ -20,19 +20,17 @@ import argparse
 import json
 import random
 import shutil
-import socket
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
-import uvicorn
 
 from palaestra.report.server import create_app
+from palaestra.server.loopback import serve_app
 
 CHROMIUM = "/usr/bin/chromium"
 BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -94,12 +92,6 @@ def build_run(run_dir: Path, n: int, repeats: int = 8, seed: int = 0) -> None:
                 written += 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _browser_first_row(url: str) -> float | None:
     try:
         from playwright.sync_api import sync_playwright
@@ -119,21 +111,11 @@ def _browser_first_row(url: str) -> float | None:
 
 
 def measure(run_dir: Path, *, browser: bool = True) -> dict[str, Any]:
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    t0 = time.perf_counter()
+    t0 = time.perf_counter()  # server start-up counts toward the first page
     app = create_app(run_dir)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
     out: dict[str, Any] = {}
-    with httpx.Client(base_url=base, timeout=60) as client:
-        while True:
-            try:
-                html = client.get("/")
-                break
-            except httpx.ConnectError:
-                time.sleep(0.005)
+    with serve_app(app, lifespan="auto") as base, httpx.Client(base_url=base, timeout=60) as client:
+        html = client.get("/")
         client.get("/api/status").raise_for_status()
         client.get("/api/facets").raise_for_status()
         first = client.get("/api/rows", params={"offset": 0, "limit": 50}).json()
@@ -158,8 +140,6 @@ def measure(run_dir: Path, *, browser: bool = True) -> dict[str, Any]:
         t = time.perf_counter()
         client.get("/api/overview").raise_for_status()
         out["overview_s"] = round(time.perf_counter() - t, 3)
-    server.should_exit = True
-    thread.join(timeout=10)
     return out
 
 

@@ -11,9 +11,6 @@ import importlib.util
 import os
 import re
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +21,7 @@ import pytest
 from palaestra.report import write_report
 from palaestra.report.index import JournalIndex
 from palaestra.report.rows import Filter
+from palaestra.server.loopback import serve_app
 
 from .conftest import XSS, rollout
 
@@ -160,46 +158,30 @@ def test_real_run_report(watched: Watched, real_run: Path, artifacts: Path) -> N
     assert watched.errors == []
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_live_viewer_follows_the_run(watched: Watched, mixed_run: Path, tmp_path: Path, artifacts: Path) -> None:
-    import uvicorn
-
     from palaestra.report.server import create_app
 
     run = tmp_path / "live"
     shutil.copytree(mixed_run, run)
-    port = _free_port()
     app = create_app(run, poll_s=0.1)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        page = watched.page
-        page.goto(f"http://127.0.0.1:{port}/")
-        page.wait_for_selector("#rows tbody tr.row")
-        assert _rows(page) == 9
-        page.wait_for_selector("#overview svg.chart")
-        page.locator("#rows tbody tr.row").first.click()
-        page.wait_for_selector("#detail .msg")
-        # the run appends: the open page picks the new rollout up by itself
-        with (run / "rollouts.jsonl").open("ab") as fh:
-            fh.write(orjson.dumps(rollout("epsilon", 0, reward=0.0)) + b"\n")
-        expect(page.locator("#rows tbody tr.row")).to_have_count(10, timeout=10_000)
-        expect(page.locator("#live-status")).to_contain_text("10 rollouts")
-        page.select_option("#f-task", "epsilon")
-        expect(page.locator("#rows tbody tr.row")).to_have_count(1)
-        page.screenshot(path=str(artifacts / "live-viewer.png"))
-        assert all(u.startswith(f"http://127.0.0.1:{port}/") for u in watched.urls), watched.urls
-        assert watched.errors == []
+        with serve_app(app, lifespan="auto") as url:
+            page = watched.page
+            page.goto(f"{url}/")
+            page.wait_for_selector("#rows tbody tr.row")
+            assert _rows(page) == 9
+            page.wait_for_selector("#overview svg.chart")
+            page.locator("#rows tbody tr.row").first.click()
+            page.wait_for_selector("#detail .msg")
+            # the run appends: the open page picks the new rollout up by itself
+            with (run / "rollouts.jsonl").open("ab") as fh:
+                fh.write(orjson.dumps(rollout("epsilon", 0, reward=0.0)) + b"\n")
+            expect(page.locator("#rows tbody tr.row")).to_have_count(10, timeout=10_000)
+            expect(page.locator("#live-status")).to_contain_text("10 rollouts")
+            page.select_option("#f-task", "epsilon")
+            expect(page.locator("#rows tbody tr.row")).to_have_count(1)
+            page.screenshot(path=str(artifacts / "live-viewer.png"))
+            assert all(u.startswith(f"{url}/") for u in watched.urls), watched.urls
+            assert watched.errors == []
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
         app.state.viewer.close()

@@ -11,17 +11,21 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["serve_app"]
 
 
 @contextmanager
-def serve_app(app: Any, *, path: str = "", start_timeout_s: float = 10.0) -> Iterator[str]:
-    """Yield ``http://127.0.0.1:PORT`` + ``path`` while ``app`` is served; stop the server afterwards."""
+def serve_app(app: Any, *, path: str = "", start_timeout_s: float = 10.0,
+              lifespan: Literal["auto", "on", "off"] = "off") -> Iterator[str]:
+    """Yield ``http://127.0.0.1:PORT`` + ``path`` while ``app`` is served; stop the server afterwards.
+
+    ``lifespan="auto"`` runs the app's start-up and shut-down hooks (an app that needs them, like the
+    trajectory viewer's journal follower); plain API apps skip them."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off",
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan=lifespan,
                                            timeout_graceful_shutdown=1))
     thread = threading.Thread(target=server.run, name="palaestra-loopback-server", daemon=True)
     thread.start()
