@@ -5,7 +5,8 @@
 # /opt/palaestra-agents): npm/ for the npm packages, mini-swe-agent/ for the venv. Pinned versions. npm
 # install scripts are not run; Claude Code's own postinstall (install.cjs: it only copies the native binary
 # from its platform package over a placeholder, no download) is run by hand afterwards. Idempotent:
-# returns at once when the pinned versions are there. PALAESTRA_SKIP_AGENTS=1 skips it (the tests then skip).
+# returns at once when the pinned versions are there; any failure stops it with a non-zero status.
+# PALAESTRA_SKIP_AGENTS=1 skips it (the tests then skip, and CI does not require the `agents` capability).
 set -euo pipefail
 if [[ "${PALAESTRA_SKIP_AGENTS:-0}" == "1" ]]; then
   echo "setup-agents: skipped (PALAESTRA_SKIP_AGENTS=1)"
@@ -17,17 +18,17 @@ CLAUDE_VERSION=2.1.197   # the newest release whose engines accept Node 18/20 (l
 MINI_VERSION=2.4.6
 PY="${PYTHON:-python3}"
 
-npm_version() {  # installed version of an npm package under $DIR/npm, or nothing
+die() { echo "setup-agents: ERROR: $*" >&2; exit 1; }
+
+npm_version() {  # installed version of an npm package under $DIR/npm, or nothing (a query, not an install)
   local pj="$DIR/npm/node_modules/$1/package.json"
-  [[ -f "$pj" ]] && node -e "process.stdout.write(require('$pj').version)" 2>/dev/null || true
+  if [[ -f "$pj" ]]; then node -e "process.stdout.write(require('$pj').version)"; fi
 }
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  SUDO=""
-  if [[ "$(id -u)" != "0" ]]; then SUDO="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-cache show nodejs >/dev/null 2>&1 || $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends nodejs npm >/dev/null
+  source "$(dirname "$0")/apt.sh"
+  apt_install setup-agents nodejs npm
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || die "node/npm missing after the install"
 fi
 
 mkdir -p "$DIR/npm"
@@ -38,21 +39,30 @@ want=()
   || want+=("@anthropic-ai/claude-code@$CLAUDE_VERSION")
 if [[ ${#want[@]} -gt 0 ]]; then
   npm install --prefix "$DIR/npm" --no-audit --no-fund --ignore-scripts --loglevel=error \
-    "@openai/codex@$CODEX_VERSION" "@anthropic-ai/claude-code@$CLAUDE_VERSION" >/dev/null
-  (cd "$DIR/npm/node_modules/@anthropic-ai/claude-code" && node install.cjs >/dev/null)
+    "@openai/codex@$CODEX_VERSION" "@anthropic-ai/claude-code@$CLAUDE_VERSION" >/dev/null \
+    || die "npm could not install ${want[*]}"
+  (cd "$DIR/npm/node_modules/@anthropic-ai/claude-code" && node install.cjs >/dev/null) \
+    || die "Claude Code's install.cjs failed"
   for exe in codex claude; do
-    "$DIR/npm/node_modules/.bin/$exe" --version >/dev/null || { echo "setup-agents: $exe does not run" >&2; exit 1; }
+    "$DIR/npm/node_modules/.bin/$exe" --version >/dev/null || die "$exe does not run"
   done
   echo "setup-agents: installed ${want[*]} under $DIR/npm"
 fi
 
 MINI="$DIR/mini-swe-agent"
-if [[ "$(cat "$MINI/.palaestra-version" 2>/dev/null || true)" != "$MINI_VERSION" ]]; then
+mini_installed=""
+if [[ -f "$MINI/.palaestra-version" ]]; then mini_installed="$(cat "$MINI/.palaestra-version")"; fi
+if [[ "$mini_installed" != "$MINI_VERSION" ]]; then
   rm -rf "$MINI"
-  "$PY" -m venv "$MINI"
-  "$MINI/bin/python" -m pip install -q --disable-pip-version-check "mini-swe-agent==$MINI_VERSION" 2>&1 \
-    | grep -v "^WARNING: Location" || true
-  "$MINI/bin/mini" --help >/dev/null 2>&1 || { echo "setup-agents: mini-swe-agent did not install" >&2; exit 1; }
+  "$PY" -m venv "$MINI" || die "could not create the venv $MINI with $PY"
+  log="$(mktemp)"
+  if ! "$MINI/bin/python" -m pip install -q --disable-pip-version-check "mini-swe-agent==$MINI_VERSION" >"$log" 2>&1; then
+    grep -v "^WARNING: Location" "$log" | tail -30 >&2
+    rm -rf "$MINI" "$log"  # no half-installed venv a later run could take for a finished one
+    die "pip could not install mini-swe-agent==$MINI_VERSION (output above)"
+  fi
+  rm -f "$log"
+  "$MINI/bin/mini" --help >/dev/null 2>&1 || die "mini-swe-agent did not install (mini --help fails)"
   echo "$MINI_VERSION" > "$MINI/.palaestra-version"
   echo "setup-agents: installed mini-swe-agent $MINI_VERSION in $MINI"
 fi

@@ -13,4 +13,5 @@ if [[ -x /usr/bin/chromium ]]; then
   exit 0
 fi
 source "$(dirname "$0")/apt.sh"
-apt_install setup-browser 1 chromium fonts-dejavu-core
+apt_install setup-browser chromium fonts-dejavu-core
+[[ -x /usr/bin/chromium ]] || { echo "setup-browser: ERROR: no /usr/bin/chromium after the install" >&2; exit 1; }

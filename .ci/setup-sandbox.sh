@@ -20,4 +20,5 @@ if [[ ${#need[@]} -eq 0 ]]; then
 fi
 
 source "$(dirname "$0")/apt.sh"
-apt_install setup-sandbox 1 "${need[@]}"
+apt_install setup-sandbox "${need[@]}"
+bwrap --version >/dev/null || { echo "setup-sandbox: ERROR: bwrap does not run after the install" >&2; exit 1; }

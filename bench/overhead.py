@@ -5,6 +5,7 @@
   python bench/overhead.py http     # `eval run --model URL` against a scripted OpenAI-compatible server on
                                     # 127.0.0.1 (the issue's target: CPU of the eval process per rollout)
   python bench/overhead.py          # all three
+  python bench/overhead.py core --tiny   # any of them at a smoke-test size (tests/bench runs this)
 
 Knobs: N (core tasks, default 2000), ENV (workplace), COLLECT_N (rollouts at 0 ms, default 2000).
 """
@@ -59,7 +60,8 @@ async def core_case(env_name: str, placement: str, n: int, concurrency: int = 64
     wall = time.perf_counter() - t0
     child_cpu_before_stop = None
     if mounted.process is not None:  # the env server's CPU, read from /proc before it exits
-        stat = Path(f"/proc/{mounted.process.pid}/stat").read_text()  # noqa: ASYNC240 (procfs: no I/O wait).rsplit(")", 1)[1].split()
+        raw = Path(f"/proc/{mounted.process.pid}/stat").read_text()  # noqa: ASYNC240 (procfs: no I/O wait)
+        stat = raw.rsplit(")", 1)[1].split()  # fields after the command name; utime, stime are 14, 15
         child_cpu_before_stop = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
     cpu = _cpu_s(resource.RUSAGE_SELF) - c0 + (child_cpu_before_stop or 0.0)
     await mounted.stop()
@@ -131,8 +133,12 @@ def http_case(latency_ms: int, concurrency: int, n: int) -> dict[str, object]:
 
 
 def main() -> None:
-    what = sys.argv[1] if len(sys.argv) > 1 else "all"
-    n = int(os.environ.get("N", "2000"))
+    args = [a for a in sys.argv[1:] if a != "--tiny"]
+    tiny = "--tiny" in sys.argv[1:]  # a smoke-test size: seconds, not figures worth quoting
+    what = args[0] if args else "all"
+    if what not in ("core", "collect", "http", "all"):
+        raise SystemExit(f"unknown case {what!r}: use core, collect, http or all (and --tiny for a smoke run)")
+    n = int(os.environ.get("N", "20" if tiny else "2000"))
     env_name = os.environ.get("ENV", "workplace")
     if what in ("core", "all"):
         line: dict[str, object] = {"bench": "core", "env": env_name, "tasks": n, "agent": "tool",
@@ -145,13 +151,14 @@ def main() -> None:
         line["local_startup_s"] = case["startup_s"]
         print(json.dumps(line), flush=True)
     if what in ("collect", "all"):
-        cn = int(os.environ.get("COLLECT_N", "2000"))
-        for latency, conc, count in [(0, 1, cn // 4), (0, 64, cn), (0, 1000, cn),
-                                     (200, 1, 20), (200, 64, 640), (200, 1000, 4000)]:
+        cn = int(os.environ.get("COLLECT_N", "8" if tiny else "2000"))
+        cases = [(0, 4, cn), (20, 4, 8)] if tiny else [(0, 1, cn // 4), (0, 64, cn), (0, 1000, cn),
+                                                       (200, 1, 20), (200, 64, 640), (200, 1000, 4000)]
+        for latency, conc, count in cases:
             print(json.dumps(collect_case(latency, conc, count)), flush=True)
     if what in ("http", "all"):
-        cn = int(os.environ.get("COLLECT_N", "2000"))
-        for latency, conc, count in [(0, 64, cn), (200, 1000, 4000)]:
+        cn = int(os.environ.get("COLLECT_N", "8" if tiny else "2000"))
+        for latency, conc, count in [(0, 4, cn)] if tiny else [(0, 64, cn), (200, 1000, 4000)]:
             print(json.dumps(http_case(latency, conc, count)), flush=True)
 
 

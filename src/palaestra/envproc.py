@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from palaestra.client.env_client import HttpEnvClient
 from palaestra.core.errors import EnvironmentFailure
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
+from palaestra.server.security import new_token
 from palaestra.wire.env import SessionHandle, ToolResult
 
 T = TypeVar("T")
@@ -41,19 +42,29 @@ def _terminate(proc: subprocess.Popen[bytes], grace_s: float = 3.0) -> None:
 
 
 async def start_env_process(spec: str, *, ready_timeout_s: float = 30.0, env_vars: dict[str, str] | None = None,
-                            ) -> tuple[subprocess.Popen[bytes], int]:
+                            token: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
     """Start ``python -m palaestra.server.env_main SPEC`` on 127.0.0.1 and wait for its ready line.
 
+    ``token`` (the supervisor's own) goes to the server on its stdin, never in argv or its environment;
+    without one the server generates its own, so a caller that passes none cannot call it.
     Its stderr goes to a temporary log file (a pipe nobody reads would block a chatty server); the log is
     shown if the server fails to start."""
     cmd = [sys.executable, "-m", "palaestra.server.env_main", spec, "--watch-stdin"]
+    if token is not None:
+        cmd.append("--token-stdin")
     child_env = dict(os.environ)
     if env_vars:
         child_env.update(env_vars)
     log_fd = tempfile.TemporaryFile(prefix="palaestra-env-")
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_fd, env=child_env,
                             cwd=os.getcwd())
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stdin is not None
+    if token is not None:
+        try:
+            proc.stdin.write(token.encode() + b"\n")
+            proc.stdin.flush()
+        except OSError:
+            pass  # it died at once: the ready line below reports why
     loop = asyncio.get_running_loop()
 
     def failure(reason: str) -> EnvironmentFailure:
@@ -80,10 +91,12 @@ class SupervisedEnvClient:
     """An ``EnvClient`` over a local environment process that restarts the process when it dies.
 
     The call that found the process dead still fails (its session is gone with the process); the
-    restart makes the next calls work. Restarts are serialised, and counted in ``restarts``."""
+    restart makes the next calls work. Restarts are serialised, and counted in ``restarts``.
+    The process asks for ``token`` (fresh per supervisor, kept across restarts); this client sends it."""
 
     def __init__(self, spec: str, name: str, *, max_restarts: int = 20) -> None:
         self.spec = spec
+        self.token = new_token()
         self.name = name
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -93,10 +106,10 @@ class SupervisedEnvClient:
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        proc, port = await start_env_process(self.spec)
+        proc, port = await start_env_process(self.spec, token=self.token)
         self.process = proc
         self.base_url = f"http://127.0.0.1:{port}"
-        self._client = HttpEnvClient(self.base_url, name=self.name)
+        self._client = HttpEnvClient(self.base_url, name=self.name, token=self.token)
 
     async def _restart_if_dead(self, seen: HttpEnvClient) -> None:
         async with self._lock:

@@ -82,10 +82,12 @@ class MountedEnv:
     base_url: str | None = None
     startup_s: float = 0.0
     supervisor: SupervisedEnvClient | None = None
+    token: str | None = None  # the bearer token of a local server (``client`` already sends it)
 
     def __post_init__(self) -> None:
         if self.supervisor is not None:
             self.process = self.supervisor.process
+            self.token = self.supervisor.token
 
     async def stop(self) -> None:
         await self.client.aclose()  # a supervised client also stops its process

@@ -28,7 +28,7 @@ def adapters_dir() -> Iterator[Path]:
 def openenv_url(adapters_dir: Path) -> Iterator[str]:
     """The fixture OpenEnv app (OpenEnv's own create_app) served by uvicorn in a thread on 127.0.0.1:0;
     its URL is also in PALAESTRA_TEST_OPENENV_URL, where the RemoteCounter adapter looks."""
-    pytest.importorskip("openenv", reason="OpenEnv is not installed (pip install 'palaestra[openenv]')")
+    pytest.importorskip("openenv", reason="openenv: OpenEnv is not installed (pip install 'palaestra[openenv]')")
     from openenv_counter import app
 
     with serve_app(app, start_timeout_s=30, lifespan="auto") as url:

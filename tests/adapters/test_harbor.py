@@ -53,7 +53,7 @@ def make_harbor_task(root: Path, name: str, *, toml: str = TOML, test: str | Non
     return path
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="task.toml is read with tomllib")
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="python3.11: task.toml is read with tomllib")
 def test_a_dataset_becomes_terminal_rows(tmp_path: Path) -> None:
     make_harbor_task(tmp_path, "make-greeting")
     other = make_harbor_task(tmp_path, "needs-build", toml='[task]\nname = "acme/needs-build"\n',

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,8 +19,9 @@ from palaestra.adapters.nemo_gym import export_nemo_gym
 from palaestra.core.records import ModelCallRecord, Outcome, Rollout, Task, Trajectory, Usage, Verdict
 from palaestra.rollout.tasks import parse_row, write_tasks
 
-NG_PYTHON = Path(os.environ.get("PALAESTRA_NEMO_GYM_PYTHON",
-                                Path.home() / ".cache/palaestra-bench/venvs/ng070/bin/python"))
+# tests/fixtures/nemo_gym.py: the one place that knows where .ci/setup-nemo-gym.sh installs NeMo Gym
+NG = SimpleNamespace(**runpy.run_path(str(Path(__file__).parents[1] / "fixtures" / "nemo_gym.py")))
+NG_PYTHON: Path = NG.python_path()
 COUNTER = str(Path(__file__).parents[1] / "fixtures" / "counter_env.py") + ":CounterEnv"
 
 # Runs inside NeMo Gym's environment: validate every record with its models, then profile and aggregate.
@@ -46,8 +49,9 @@ print(json.dumps({"validated": len(results), "aligned": len(aligned), "groups": 
 
 
 def nemo_gym_read(out: Path) -> dict[str, Any]:
-    if not NG_PYTHON.is_file():
-        pytest.skip(f"NeMo Gym is not installed at {NG_PYTHON} (set PALAESTRA_NEMO_GYM_PYTHON)")
+    reason = NG.missing()  # from files only: never from how the export above went
+    if reason is not None:
+        pytest.skip(f"nemo-gym: {reason}")  # the capability name PALAESTRA_REQUIRE knows (tests/conftest.py)
     mat = out.with_name(out.stem + "_materialized_inputs.jsonl")
     proc = subprocess.run([str(NG_PYTHON), "-c", CHECK, str(out), str(mat)], capture_output=True, text=True,
                           timeout=180, env={**os.environ, "WANDB_MODE": "disabled"})

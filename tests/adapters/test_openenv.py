@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("openenv", reason="OpenEnv is not installed (pip install 'palaestra[openenv]')")
+pytest.importorskip("openenv", reason="openenv: OpenEnv is not installed (pip install 'palaestra[openenv]')")
 
 from palaestra.adapters.openenv_sessions import serve_openenv
 from palaestra.core.errors import BadArguments, EnvironmentFailure, ToolError
@@ -24,7 +24,7 @@ async def test_openenv_environment_passes_env_check(cls: str, openenv_url: str) 
     report = await check_env(f"{FIXTURE}:{cls}", "inprocess")
     failed = [f"{r.name}: {r.detail}" for r in report.results if not r.ok]
     assert not failed, failed
-    assert report.tasks == 3 and len(report.results) == 7
+    assert report.tasks == 3 and len(report.results) == 8
 
 
 async def test_episode_over_the_websocket_contract(openenv_url: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("verifiers", reason="verifiers is not installed (pip install 'palaestra[verifiers]')")
+pytest.importorskip("verifiers", reason="verifiers: verifiers is not installed (pip install 'palaestra[verifiers]')")
 
 from palaestra.core.errors import BadArguments, ConfigError, ToolError, UnknownTool
 from palaestra.core.records import Trajectory

@@ -1,5 +1,6 @@
 """Shared pieces for the harness tests: the files environment, the scripted model behind a real proxy,
-and skips for machines without the jail (network namespaces) or without a CLI installed."""
+and skips for machines without the jail (network namespaces) or without a CLI installed: both are
+decided before anything runs, so a rollout that fails (a sandbox, the jail, the CLI) is a test failure."""
 
 from __future__ import annotations
 
@@ -32,13 +33,13 @@ FILES_TASK = Task(
 def require_jail() -> None:
     problem = isolation_problem()
     if problem is not None:
-        pytest.skip(f"external CLIs need a network namespace here: {problem}")
+        pytest.skip(f"netns: external CLIs need a network namespace here: {problem}")
 
 
 def require_cli(adapter: CLIAdapter) -> None:
     require_jail()
     if not adapter.available():
-        pytest.skip(f"{adapter.package} is not installed (bash .ci/setup-agents.sh installs it)")
+        pytest.skip(f"agents: {adapter.package} is not installed (bash .ci/setup-agents.sh installs it)")
 
 
 @pytest.fixture

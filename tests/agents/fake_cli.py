@@ -72,9 +72,14 @@ def main() -> int:
         marker = sys.argv[3]
         if os.fork() == 0:
             os.setsid()
+            open(marker + ".started", "w").close()  # proof that the grandchild ran at all
             time.sleep(0.6)
             open(marker, "w").close()
             os._exit(0)
+        for _ in range(6000):  # the grandchild is running before the CLI goes on (and ends)
+            if os.path.exists(marker + ".started"):
+                break
+            time.sleep(0.01)
         chat(base, "daemonized")
     elif mode == "sleep":
         time.sleep(60)

@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from palaestra.agents.bash_agent import BashAgent, parse_command
 from palaestra.agents.external import CodexAdapter
 from palaestra.envs.code.env import CodeEnv
@@ -44,9 +42,9 @@ async def test_bash_agent_solves_a_terminal_task_in_its_sandbox() -> None:
                               proxy=ModelProxy(ScriptedBackend("replay", replay=replay)))
     finally:
         await mounted.stop()
-    if r.outcome.kind == "sandbox":
-        pytest.skip(f"no sandbox here: {r.outcome.message}")
-    assert r.outcome.status == "scored", r.outcome.message
+    # No skip on failed(sandbox): the default provider (bubblewrap, else plain processes) exists on every
+    # POSIX machine, so a sandbox failure here is the product failing.
+    assert r.outcome.status == "scored", f"{r.outcome.kind}: {r.outcome.message}"
     assert r.verdict is not None and r.verdict.passed
     traj = r.trajectory
     assert [c.arguments["cmd"] for c in traj.tool_calls] == ["ls tools", FIX]
@@ -66,8 +64,7 @@ async def test_bash_agent_on_the_code_env_runs_commands_through_run_python() -> 
                               proxy=ModelProxy(ScriptedBackend("replay", replay=replay)))
     finally:
         await mounted.stop()
-    if r.outcome.kind == "sandbox":
-        pytest.skip(f"no sandbox here: {r.outcome.message}")
+    assert r.outcome.status == "scored", f"{r.outcome.kind}: {r.outcome.message}"  # failed(sandbox) included
     assert "42" in r.trajectory.messages[3]["content"]
     assert r.verdict is not None and r.verdict.passed, r.verdict
 

@@ -58,9 +58,8 @@ async def test_codex_solves_a_terminal_task_graded_in_the_envs_sandbox(terminal:
     step = {"name": "exec_command", "arguments": {"cmd": "chmod +x tools/run.sh && ./tools/run.sh"}}
     replay = [{"tool_calls": [step]}, {"content": "run.sh is executable now."}]
     r = await run_cli(adapter, terminal, replay, task=task)
-    if r.outcome.kind == "sandbox":
-        pytest.skip(f"the terminal env's sandbox is not available here: {r.outcome.message}")
-    assert r.outcome.status == "scored", r.outcome.message
+    # The terminal env's default sandbox provider exists on every POSIX machine: failed(sandbox) fails the test.
+    assert r.outcome.status == "scored", f"{r.outcome.kind}: {r.outcome.message}"
     assert "ok" in str(r.trajectory.model_calls[-1].request["messages"])  # ran ./tools/run.sh inside the jail
     assert r.trajectory.model_extra["harness"]["changes"]["chmod"] == {"tools/run.sh": True}
     assert r.verdict is not None and r.verdict.passed

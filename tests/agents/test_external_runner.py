@@ -62,6 +62,7 @@ async def test_files_go_in_and_out_through_the_env_tools_and_calls_are_recorded(
     assert len(traj.model_calls) == 1 and traj.model_calls[0].request["temperature"] == 0.0  # run's sampling wins
     assert traj.messages == [{"role": "user", "content": FILES_TASK.input}, {"role": "assistant", "content": "on it"}]
     assert traj.final_answer == "on it" and traj.stop_reason == "final" and traj.steps == 1
+    assert traj.model_extra is not None
     harness = traj.model_extra["harness"]
     assert harness["seeded_files"] == 2 and harness["exit_code"] == 0 and "on it" in harness["stdout_tail"]
     assert harness["changes"] == {"written": {"made.txt": "SEEDED\n"}, "deleted": ["old.txt"],
@@ -84,6 +85,7 @@ async def test_jail_reaches_the_proxy_and_nothing_else(files_env: Any) -> None:
     finally:
         host.close()
     assert r.outcome.status == "scored", r.outcome.message
+    assert r.trajectory.model_extra is not None
     probe = json.loads(r.trajectory.model_extra["harness"]["changes"]["written"]["probe.json"])
     assert probe == {"interfaces": ["lo"], "routes": 0, "host_listener": "ConnectionRefusedError"}
     assert len(r.trajectory.model_calls) == 1  # ... while the proxy, forwarded in, answered
@@ -136,8 +138,27 @@ async def test_detached_processes_die_with_the_run(files_env: Any, tmp_path: Pat
     marker = tmp_path / "late"
     r = await _run(files_env, FakeAdapter("daemon", str(marker)))
     assert r.outcome.status == "scored", r.outcome.message
-    await asyncio.sleep(1.0)
+    assert marker.with_name("late.started").exists()  # the grandchild did start
+    # Wait for no process to carry the marker in its command line (bounded only against a hang): a
+    # grandchild that survived would run on to write the marker and exit, so the check cannot race.
+    deadline = time.monotonic() + 60
+    while _processes_mentioning(str(marker)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not _processes_mentioning(str(marker))
     assert not marker.exists()  # the PID namespace took the setsid'd grandchild with it
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """Pids whose command line contains ``text`` (the fake CLI's grandchild keeps its parent's argv)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if text.encode() in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
 
 
 async def test_timeout_kills_the_cli(files_env: Any) -> None:

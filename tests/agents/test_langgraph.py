@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("langgraph")
+pytest.importorskip("langgraph", reason="langgraph: the [langgraph] extra is not installed")
 
 from langchain_core.messages import SystemMessage
 from langgraph.graph import START, MessagesState, StateGraph

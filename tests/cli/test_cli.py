@@ -50,12 +50,18 @@ def test_user_env_file_served_without_touching_the_package(tmp_path: Path) -> No
     src = (FIXTURES / "counter_env.py").read_text()
     (tmp_path / "my_env.py").write_text(src.replace("class CounterEnv", "class MyEnv"))
     port = _free_port()
-    proc = subprocess.Popen(CLI + ["env", "serve", "./my_env.py:MyEnv", "--port", str(port)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    token_file = tmp_path / "env.token"  # an environment server asks for the token it prints and saves
+    proc = subprocess.Popen(CLI + ["env", "serve", "./my_env.py:MyEnv", "--port", str(port), "--token-file",
+                                   str(token_file)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         base = f"http://127.0.0.1:{port}"
         _wait_healthy(base + "/healthz", proc)
-        with httpx.Client(base_url=base) as c:
+        for _ in range(500):  # written once the server listens, right after /healthz first answers
+            if token_file.is_file() and token_file.read_text().strip():
+                break
+            time.sleep(0.02)
+        auth = {"authorization": f"Bearer {token_file.read_text().strip()}"}
+        with httpx.Client(base_url=base, headers=auth) as c:
             sid = c.post("/sessions", json={"task": {"id": "a", "input": "x", "metadata": {"target": 2}}}
                          ).json()["session_id"]
             assert c.post(f"/sessions/{sid}/tools/add", json={"amount": 2}).json()["output"] == "counter is now 2"
@@ -67,8 +73,9 @@ def test_user_env_file_served_without_touching_the_package(tmp_path: Path) -> No
 
 
 def test_serve_refuses_a_public_address() -> None:
-    proc = subprocess.run(CLI + ["env", "serve", "mcqa", "--host", "0.0.0.0"], capture_output=True, text=True)
-    assert proc.returncode == 2 and "only loopback" in proc.stderr
+    proc = subprocess.run(CLI + ["env", "serve", "mcqa", "--host", "0.0.0.0", "--no-token"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 2 and "only allowed on loopback" in proc.stderr
 
 
 def test_model_serve_scripted_speaks_openai(tmp_path: Path) -> None:
@@ -98,7 +105,7 @@ def test_env_check_user_file_in_a_local_process() -> None:
                                  "--placement", "local"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for check in ("oracle scores full reward", "null policy scores nothing", "malformed tool calls get errors",
-                  "sessions freed"):
+                  "grading failures come back typed", "sessions freed"):
         assert check in proc.stdout
 
 

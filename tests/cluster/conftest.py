@@ -33,7 +33,7 @@ def ray_cluster() -> Iterator[LocalCluster]:
     try:
         import ray  # after the token is in the environment: Ray reads it on import
     except ImportError:
-        pytest.skip("the [ray] extra is not installed")
+        pytest.skip("ray: the [ray] extra is not installed")
     tmp = Path(tempfile.mkdtemp(prefix="pal-ray-", dir="/tmp"))  # short: Ray's socket paths have a length cap
     head = start_head(tmp, cpus=2, env={**env, **FAST_HEALTH})
     worker = None

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def test_eval_run_on_a_private_local_cluster_then_resume(tmp_path: Path) -> None:
-    pytest.importorskip("ray", reason="the [ray] extra is not installed")
+    pytest.importorskip("ray", reason="ray: the [ray] extra is not installed")
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}

@@ -142,9 +142,9 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
 def slurm() -> Iterator[dict[str, str]]:
     missing = [b for b in SLURM_BINARIES if shutil.which(b) is None]
     if missing:
-        pytest.skip(f"Slurm is not installed ({', '.join(missing)}); .ci/setup-cluster.sh installs it")
+        pytest.skip(f"slurm: Slurm is not installed ({', '.join(missing)}); .ci/setup-cluster.sh installs it")
     if os.geteuid() != 0:
-        pytest.skip("the one-node Slurm runs its daemons as root")
+        pytest.skip("slurm: the one-node Slurm runs its daemons as root")
     tmp = Path(tempfile.mkdtemp(prefix="pal-slurm-", dir="/tmp"))
     munge = tmp / "munge"
     munge.mkdir(mode=0o700)
@@ -199,7 +199,7 @@ def slurm() -> Iterator[dict[str, str]]:
 
 @pytest.mark.timeout(200)
 def test_submit_runs_an_eval_on_ray_inside_a_real_slurm_job(slurm: dict[str, str], tmp_path: Path) -> None:
-    pytest.importorskip("ray", reason="the [ray] extra is not installed")
+    pytest.importorskip("ray", reason="ray: the [ray] extra is not installed")
     ray_tmp = Path(slurm["tmp"]) / "ray"  # short: Ray's socket paths must stay under 107 bytes
     env = {**os.environ, "SLURM_CONF": slurm["SLURM_CONF"]}
     for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS"):

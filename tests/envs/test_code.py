@@ -3,13 +3,25 @@ sandbox failure is an infrastructure failure, never a 0."""
 
 from __future__ import annotations
 
+import shutil
+import sys
+import warnings
+from typing import Any
+
 import pytest
 
+from palaestra.agents.tool_agent import ToolAgent
 from palaestra.core.errors import InfraError
-from palaestra.core.records import Task, Trajectory
+from palaestra.core.records import Rollout, Task, Trajectory
 from palaestra.envs.code.env import CodeEnv
 from palaestra.envs.code.harness import extract_code, parse_results
-from palaestra.sandbox import SandboxError
+from palaestra.models.scripted import ScriptedBackend
+from palaestra.placement import mount_env
+from palaestra.rollout.runner import run_rollout
+from palaestra.sandbox import Sandbox, SandboxError, SandboxProvider, SandboxSpec, landlock
+from palaestra.sandbox.local import LocalProvider
+from palaestra.sandbox.process import ProcessProvider, ProcessSandbox
+from palaestra.server.model_proxy import ModelProxy
 
 
 def make_task(**md: object) -> Task:
@@ -88,22 +100,111 @@ async def test_run_python_tool_and_cleanup() -> None:
     assert (await box.status()).state == "closed"
 
 
-async def test_sandbox_failure_is_infrastructure_not_zero(monkeypatch: pytest.MonkeyPatch) -> None:
-    from palaestra.sandbox import envsupport
-
-    class Broken:
+async def test_sandbox_failure_is_infrastructure_not_zero() -> None:
+    class Broken(SandboxProvider):
+        name = "broken"
         python = "python3"
 
-        async def create(self, spec: object) -> object:
+        @classmethod
+        def availability(cls) -> tuple[bool, str]:
+            return True, "a provider that never starts"
+
+        async def create(self, spec: SandboxSpec | None = None) -> Sandbox:
             raise SandboxError("no sandbox today", hint="fix the machine")
 
-    monkeypatch.setattr("palaestra.envs.code.env.provider_for", lambda task=None: Broken())
-    assert envsupport.provider_for is not None
-    env = CodeEnv()
+        def cleanup(self, *, include_live: bool = False) -> int:
+            return 0
+
+    env = CodeEnv(sandbox=Broken())
     state = env.seed(make_task())
     with pytest.raises(InfraError) as info:
         await env.verify(state, Trajectory(final_answer="def add(a, b):\n    return a + b\n"))
     assert info.value.failure == "sandbox"
+
+
+# ---- a sandbox that cannot run an ordinary program: failed(sandbox), through the real runner --------
+
+class _NoInterpreter(ProcessProvider):
+    """A provider configured with an interpreter that does not exist (exit 127)."""
+
+    @property
+    def python(self) -> str:
+        return "/nonexistent/bin/python3"
+
+
+class _NoDevNullBox(ProcessSandbox):
+    """The bug this guards against: Landlock granting /dev/null for reading only."""
+
+    def _hardening(self) -> tuple[Any, ...]:
+        ruleset = landlock.Ruleset(read=["/usr", "/etc", "/bin", "/lib", "/lib64", sys.base_prefix, sys.prefix,
+                                         "/dev/null", "/dev/urandom"],
+                                   write=[self.work_dir, self.tmp_dir], deny_tcp=True)
+        self._ruleset = ruleset
+        return (ruleset.apply,)
+
+
+class _NoDevNull(ProcessProvider):
+    box_class = _NoDevNullBox
+
+
+class _MissingBwrap(LocalProvider):
+    """bubblewrap configured at a path where there is none: the sandbox cannot even be entered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bwrap = "/nonexistent/bin/bwrap"
+
+
+async def _oracle_rollout(env: CodeEnv, task: Task) -> Rollout:
+    mounted = await mount_env(env, "inprocess")
+    try:
+        return await run_rollout(task, env=mounted.client, agent=ToolAgent(),
+                                 proxy=ModelProxy(ScriptedBackend("oracle")), model_name="scripted:oracle",
+                                 with_reference=True, deadline_s=120)
+    finally:
+        await mounted.stop()
+
+
+@pytest.mark.parametrize("broken", ["no-interpreter", "no-dev-null", "missing-bwrap"])
+async def test_harness_that_cannot_run_is_failed_sandbox_not_zero(broken: str) -> None:
+    """The reference solution, graded in a sandbox that cannot run an ordinary program, is neither
+    scored 0 nor scored at all: the rollout is failed(sandbox), with the reason and stderr's tail."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the process provider warns by design
+        if broken == "no-interpreter":
+            provider: SandboxProvider = _NoInterpreter(reap=False)
+            expect = "missing"
+        elif broken == "no-dev-null":
+            if not landlock.abi_version():
+                pytest.skip("process: this kernel has no Landlock, so nothing can deny /dev/null")
+            provider = _NoDevNull(reap=False)
+            expect = "/dev/null"
+        else:
+            if not shutil.which("bwrap"):
+                pytest.skip("local: bwrap is not installed")
+            provider = _MissingBwrap()
+            expect = "bwrap"
+    rollout = await _oracle_rollout(CodeEnv(sandbox=provider), make_task())
+    assert rollout.outcome.status == "failed", rollout.outcome
+    assert rollout.outcome.kind == "sandbox", rollout.outcome
+    assert rollout.verdict is None, rollout.verdict
+    assert expect in str(rollout.outcome.message), rollout.outcome.message
+
+
+async def test_same_reference_is_scored_in_a_working_sandbox() -> None:
+    """The control for the test above: the same rollout in a working ``process`` sandbox is scored 1."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        provider = ProcessProvider(reap=False)
+    rollout = await _oracle_rollout(CodeEnv(sandbox=provider), make_task())
+    assert rollout.outcome.status == "scored", rollout.outcome
+    assert rollout.verdict is not None and rollout.verdict.reward == 1.0
+
+
+def test_a_harness_without_its_start_line_is_not_a_grade() -> None:
+    report = parse_results('["n", "pass", 0, ""]\n', "n", 1)
+    assert not report.started
+    assert parse_results('["n", "started", -1, ""]\n', "n", 1).started
 
 
 def test_tasks_are_well_formed() -> None:

@@ -15,4 +15,4 @@ async def test_builtin_env_passes_check(name: str, placement: str) -> None:
     failed = [f"{r.name}: {r.detail}" for r in report.results if not r.ok]
     assert not failed, failed
     assert report.tasks >= 20
-    assert len(report.results) == 7
+    assert len(report.results) == 8

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import json
 import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,13 +12,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from palaestra.agents.tool_agent import ToolAgent
-from palaestra.core.errors import InfraError, InvalidTask
+from palaestra.core.errors import ConfigError, InfraError, InvalidTask
 from palaestra.core.records import Task, Trajectory
-from palaestra.envs.judge.env import ENV_MODEL, Judge
-from palaestra.envs.judge.judges import parse_score, parse_verdict
+from palaestra.envs.judge.env import ENV_MODEL, ENV_MODEL_NAME, Judge
+from palaestra.envs.judge.judges import PROMPT_HASH, parse_score, parse_verdict
 from palaestra.models.openai_http import OpenAIBackend
 from palaestra.models.scripted import ScriptedBackend
 from palaestra.placement import mount_env
+from palaestra.rollout.collector import run_eval
+from palaestra.rollout.config import RunConfig
 from palaestra.rollout.runner import run_rollout
 from palaestra.server.loopback import serve_app
 from palaestra.server.model_app import create_model_app
@@ -52,22 +56,27 @@ def _answer(text: str) -> Trajectory:
     return Trajectory(final_answer=text)
 
 
-async def test_offline_default_judge_gives_the_oracle_full_marks_and_null_none() -> None:
+async def test_bundled_rows_ask_for_the_keyword_judge_which_gives_the_oracle_full_marks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_MODEL, raising=False)
     env = Judge()
     tasks = env.examples()
     assert len(tasks) >= 20 and {t.metadata.get("mode", "absolute") for t in tasks} == {"absolute", "pairwise"}
     for task in tasks:
+        assert task.metadata["judge_model"] == "keyword"  # asked for by name, not a fallback
         env.check_task(task)
         ref = env.reference(task)
         assert ref is not None and ref.final_answer
         good = await env.verify(task, _answer(ref.final_answer))
         assert good.reward == 1.0 and good.passed, (task.id, good.metadata)
+        assert good.metadata["judge"]["kind"] == "keyword" and good.metadata["judge"]["prompt_hash"] == PROMPT_HASH
         empty = await env.verify(task, _answer(""))
         assert empty.reward == 0.0 and empty.metadata["reason"] == "empty_answer"
+        assert empty.metadata["judge"] == {"kind": "rule", "rule": "empty_answer"}
 
 
 async def test_offline_judge_grades_key_points_and_pairwise_outcomes() -> None:
-    env = Judge()
+    env = Judge(judge="keyword")
     task = Task(id="k", input="?", metadata={"key_points": ["alpha", ["beta", "b-side"]], "reference_answer": "x"})
     half = await env.verify(task, _answer("Only ALPHA here."))
     assert half.reward == 0.5 and not half.passed and half.metadata["judge_reply"].endswith("Score: 5")
@@ -94,21 +103,26 @@ def test_score_and_verdict_parsing() -> None:
 
 async def test_a_real_judge_server_grades_over_http() -> None:
     with _judge_server("The answer is right but terse.\nScore: 8") as url:
-        env = Judge(judge=url)
+        env = Judge(judge=url, judge_model_name="grader-1")
         verdict = await env.verify(ABSOLUTE, _answer("Paris"))
         assert (await env.verify(ABSOLUTE, _answer("Paris"))).reward == 0.8  # the backend is reused
         await env.aclose()
     assert verdict.reward == 0.8 and verdict.passed and "Score: 8" in verdict.metadata["judge_reply"]
+    who = verdict.metadata["judge"]
+    assert who["kind"] == "model" and who["endpoint"] == url and who["model"] == "grader-1"
+    assert who["prompt_hash"] == PROMPT_HASH and who.get("model_reported")  # the name the server answered with
 
 
 async def test_the_judge_model_comes_from_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     with _judge_server("Score: 2") as url:
         monkeypatch.setenv(ENV_MODEL, url)
+        monkeypatch.setenv(ENV_MODEL_NAME, "grader-2")
         task = ABSOLUTE.model_copy(update={"metadata": {**ABSOLUTE.metadata, "judge_model": "scripted:null"}})
         env = Judge()
         verdict = await env.verify(task, _answer("Lyon"))
         await env.aclose()
     assert verdict.reward == 0.2 and not verdict.passed
+    assert verdict.metadata["judge"]["endpoint"] == url and verdict.metadata["judge"]["model"] == "grader-2"
 
 
 async def test_pairwise_swaps_the_order_and_an_inconsistent_judge_is_a_tie() -> None:
@@ -171,3 +185,79 @@ async def test_a_rollout_with_a_failing_judge_is_failed_judge() -> None:
             await mounted.stop()
             await env.aclose()
     assert rollout.outcome.status == "failed" and rollout.outcome.kind == "judge"
+
+
+async def test_without_a_judge_grading_is_failed_judge_not_a_silent_keyword_match(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_MODEL, raising=False)
+    env = Judge()
+    with pytest.raises(InfraError) as err:
+        await env.verify(ABSOLUTE, _answer("Paris"))
+    assert err.value.failure == "judge" and "no judge model is configured" in str(err.value)
+    assert ENV_MODEL in (err.value.hint or "") and "keyword" in (err.value.hint or "")
+    with pytest.raises(ConfigError, match="no judge model is configured for 1 judge task"):
+        env.preflight([ABSOLUTE])
+    asked = ABSOLUTE.model_copy(update={"metadata": {**ABSOLUTE.metadata, "judge_model": "keyword"}})
+    assert env.preflight([asked])["judge"]["kind"] == "keyword"
+    assert (await env.verify(asked, _answer("It is Paris."))).metadata["judge"]["kind"] == "keyword"
+
+
+async def test_a_rollout_without_a_judge_is_failed_judge(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_MODEL, raising=False)
+    env = Judge()
+    mounted = await mount_env(env, "inprocess")
+    try:
+        rollout = await run_rollout(ABSOLUTE, env=mounted.client, agent=ToolAgent(),
+                                    proxy=ModelProxy(ScriptedBackend("constant", constant_text="Paris")),
+                                    model_name="scripted:constant", deadline_s=30)
+    finally:
+        await mounted.stop()
+    assert rollout.outcome.status == "failed" and rollout.outcome.kind == "judge"
+    assert "no judge model is configured" in (rollout.outcome.message or "") and rollout.verdict is None
+
+
+def _rows(path: Path, judge_model: str | None) -> str:
+    meta: dict[str, Any] = {"reference_answer": "Paris"}
+    if judge_model:
+        meta["judge_model"] = judge_model
+    path.write_text("".join(json.dumps({"id": f"q{i}", "env": "judge", "input": "Capital of France?",
+                                        "metadata": meta}) + "\n" for i in range(3)))
+    return str(path)
+
+
+async def test_an_eval_run_without_a_judge_refuses_before_it_starts(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_MODEL, raising=False)
+    out = tmp_path / "run"
+    cfg = RunConfig(input=_rows(tmp_path / "rows.jsonl", None), model="scripted:constant?text=Paris",
+                    out=str(out), placement="direct")
+    with pytest.raises(ConfigError, match="no judge model is configured for 3 judge task") as err:
+        await run_eval(cfg)
+    assert ENV_MODEL in (err.value.hint or "")
+    assert not (out / "run.json").exists() and not (out / "rollouts.jsonl").exists()
+
+
+async def test_run_json_and_metrics_say_which_judge_graded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_MODEL, raising=False)
+    out = tmp_path / "kw"
+    cfg = RunConfig(input=_rows(tmp_path / "kw.jsonl", "keyword"), model="scripted:constant?text=Paris",
+                    out=str(out), placement="direct")
+    result = await run_eval(cfg)
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["envs"]["judge"]["judge"]["kind"] == "keyword"
+    assert manifest["envs"]["judge"]["judge"]["prompt_hash"] == PROMPT_HASH
+    hook = result.metrics["env_metrics"]["judge"]
+    assert hook["keyword_graded"] == 3 and list(hook["graded_by"]) == ["keyword (offline matcher, not an LLM)"]
+
+    with _judge_server("Correct.\nScore: 9") as url:
+        monkeypatch.setenv(ENV_MODEL, url)
+        monkeypatch.setenv(ENV_MODEL_NAME, "grader-3")
+        out = tmp_path / "model"
+        cfg = RunConfig(input=_rows(tmp_path / "m.jsonl", None), model="scripted:constant?text=Paris",
+                        out=str(out), placement="direct")
+        result = await run_eval(cfg)
+    judge = json.loads((out / "run.json").read_text())["envs"]["judge"]["judge"]
+    assert judge == {"kind": "model", "model": "grader-3", "endpoint": url, "prompt_hash": PROMPT_HASH}
+    hook = result.metrics["env_metrics"]["judge"]
+    assert "keyword_graded" not in hook and sum(hook["graded_by"].values()) == 3
+    assert all(label.startswith("model:") and url in label for label in hook["graded_by"])

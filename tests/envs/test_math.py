@@ -52,7 +52,8 @@ async def test_bundled_tasks_reference_scores_one_and_null_scores_zero() -> None
         ("5\\sqrt{2}", "\\boxed{\\sqrt{50}}", True),
         ("x^2 + 5x + 6", "\\boxed{(x+2)(x+3)}", True),
         ("1000", "\\boxed{1,000}", True),
-        ("124", "Adding them gives 124.", True),
+        ("124", "Adding them, the answer is 124.", True),
+        ("124", "Adding them gives 124.", False),  # a number in passing is not a committed answer
         ("5", "First I thought \\boxed{3}, but in fact \\boxed{5}", True),
         ("5", "\\boxed{5} ... no: \\boxed{3}", False),
         ("124", "\\boxed{123}", False),
@@ -72,7 +73,7 @@ async def test_answer_and_reasons_are_reported() -> None:
     wrong = await env.verify(_task("7"), _say("\\boxed{8}"))
     assert wrong.metadata["reason"] == "not_equivalent" and wrong.answer == "8"
     nothing = await env.verify(_task("7"), _say("I cannot solve this."))
-    assert nothing.reward == 0.0 and nothing.metadata["reason"] == "no_answer_parsed"
+    assert nothing.reward == 0.0 and nothing.metadata["reason"] == "no_committed_answer"
 
 
 async def test_verdict_is_deterministic_and_concurrent_calls_agree() -> None:
@@ -87,13 +88,13 @@ def test_last_boxed_balances_braces_and_skips_empty_boxes() -> None:
     assert last_boxed("no box here") is None
 
 
-async def test_timeout_scores_zero_and_the_pool_recovers() -> None:
+async def test_timeout_is_a_verifier_failure_and_the_pool_recovers() -> None:
     # A zero deadline always trips (a 1e-6 s one can lose the race to a sub-millisecond check).
     impatient = MathEnv(verify_timeout=0)
-    verdict = await impatient.verify(_task("124"), _say("\\boxed{124}"))
-    assert verdict.reward == 0.0 and verdict.metadata["reason"] == "verify_timeout"
+    with pytest.raises(VerifierError, match="verify_timeout=0s"):
+        await impatient.verify(_task("\\frac{1}{2}"), _say("\\boxed{0.5}"))
     # The overrunning worker was killed; the next check gets a fresh one and is right again.
-    assert (await MathEnv().verify(_task("124"), _say("\\boxed{124}"))).reward == 1.0
+    assert (await MathEnv().verify(_task("\\frac{1}{2}"), _say("\\boxed{0.5}"))).reward == 1.0
 
 
 async def test_hanging_check_is_cut_off_and_its_worker_killed() -> None:
@@ -101,9 +102,9 @@ async def test_hanging_check_is_cut_off_and_its_worker_killed() -> None:
     env = MathEnv(verify_timeout=0.5, pool=pool)
     try:
         started = time.monotonic()
-        verdict = await env.verify(_task("1"), _say("\\boxed{1}"))
-        assert verdict.reward == 0.0 and verdict.metadata["reason"] == "verify_timeout"
-        assert time.monotonic() - started < 10
+        with pytest.raises(VerifierError, match="did not finish"):
+            await env.verify(_task("x"), _say("\\boxed{x}"))
+        assert time.monotonic() - started < 60
         assert pool.pids() == []  # the hung worker is gone, not left spinning
     finally:
         pool.shutdown()
@@ -112,31 +113,32 @@ async def test_hanging_check_is_cut_off_and_its_worker_killed() -> None:
 async def test_worker_crash_raises_verifier_error() -> None:
     pool = _fake_pool(READY + "sys.stdin.readline(); sys.exit(3)")
     with pytest.raises(VerifierError, match="died"):
-        await MathEnv(pool=pool).verify(_task("1"), _say("\\boxed{1}"))
+        await MathEnv(pool=pool).verify(_task("x"), _say("\\boxed{x}"))
     pool.shutdown()
 
 
 async def test_worker_that_cannot_start_raises_verifier_error() -> None:
     pool = _fake_pool("import sys; sys.exit(2)")
     with pytest.raises(VerifierError, match="failed to start"):
-        await MathEnv(pool=pool).verify(_task("1"), _say("\\boxed{1}"))
+        await MathEnv(pool=pool).verify(_task("x"), _say("\\boxed{x}"))
 
 
 async def test_check_that_raises_is_a_verifier_error_not_a_zero() -> None:
     script = READY + "\nfor line in sys.stdin: print(json.dumps({'error': 'KeyError: boom'}), flush=True)"
     pool = _fake_pool(script)
     with pytest.raises(VerifierError, match="boom"):
-        await MathEnv(pool=pool).verify(_task("1"), _say("\\boxed{1}"))
+        await MathEnv(pool=pool).verify(_task("x"), _say("\\boxed{x}"))
     pool.shutdown()
 
 
 async def test_a_dead_idle_worker_is_replaced() -> None:
     env = MathEnv()
-    assert (await env.verify(_task("2"), _say("\\boxed{2}"))).reward == 1.0
+    assert (await env.verify(_task("\\frac{1}{2}"), _say("\\boxed{0.5}"))).reward == 1.0
+    assert env.pool.pids()  # a non-integer answer went through a worker
     for pid in env.pool.pids():
         os.kill(pid, 9)
     await asyncio.sleep(0.05)
-    assert (await env.verify(_task("2"), _say("\\boxed{2}"))).reward == 1.0
+    assert (await env.verify(_task("\\frac{1}{2}"), _say("\\boxed{0.5}"))).reward == 1.0
 
 
 async def test_unparseable_expected_answer_is_a_verifier_error() -> None:

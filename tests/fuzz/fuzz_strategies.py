@@ -5,6 +5,7 @@ property (hypothesis properties are synchronous)."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -28,7 +29,11 @@ def ci(max_examples: int, *, shrink: bool = False) -> settings:
 
 
 def long(max_examples: int) -> settings:
-    """The ``fuzz`` variant run by the bench script: random seeds, many more examples."""
+    """The ``fuzz`` variant run by the bench script: random seeds, many more examples.
+    ``PALAESTRA_FUZZ_EXAMPLES`` caps the count (``bench/fuzz_long.py --tiny``: a smoke run of the plumbing)."""
+    cap = os.environ.get("PALAESTRA_FUZZ_EXAMPLES")
+    if cap:
+        max_examples = max(1, min(max_examples, int(cap)))
     return settings(max_examples=max_examples, deadline=None, database=None, suppress_health_check=_HEALTH,
                     print_blob=True)
 

@@ -33,7 +33,7 @@ def test_flatten_for_trackers() -> None:
     assert params == {"config.model": "m", "version.python": "3.11", "run_id": "r"}
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow not installed (extra [mlflow])")
+@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow: not installed (extra [mlflow])")
 def test_mlflow_file_store(mixed_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -50,7 +50,7 @@ def test_mlflow_file_store(mixed_run: Path, tmp_path: Path, monkeypatch: pytest.
     assert artifacts and artifacts[0].read_text().startswith("<!doctype html>")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb not installed (extra [wandb])")
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb: not installed (extra [wandb])")
 def test_wandb_offline(mixed_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from palaestra.report.exporters import export_wandb
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -67,19 +70,31 @@ async def test_overview_and_metrics(client: httpx.AsyncClient) -> None:
     assert metrics["overall"]["n_failed"] == {"sandbox": 1}
 
 
+async def status_when(c: httpx.AsyncClient, done: Callable[[dict[str, Any]], bool],
+                      bound_s: float = 60.0) -> dict[str, Any]:
+    """/api/status once ``done`` holds: the index follows the journal in a background thread, so what it
+    has indexed at a given instant depends on the machine's load; the bound is only against a hang."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        status: dict[str, Any] = (await c.get("/api/status")).json()
+        if done(status) or time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(0.02)
+
+
 async def test_follows_a_growing_journal(mixed_run: Path) -> None:
     app = create_app(mixed_run, poll_s=0.05)
     viewer = app.state.viewer
     viewer.overview_ttl_s = 0.0
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://v") as c:
-        first = (await c.get("/api/status")).json()
+        first = await status_when(c, lambda s: bool(s["complete"]))
         assert first["records"] == 9 and first["complete"] and first["growing"] is False
         with (mixed_run / "rollouts.jsonl").open("ab") as fh:
             fh.write(orjson.dumps(rollout("epsilon", 0, reward=0.0)) + b"\n")
+        status = await status_when(c, lambda s: s["records"] == 10 and bool(s["complete"]))
+        assert status["records"] == 10 and status["version"] > first["version"] and status["growing"] is True
         rows = (await c.get("/api/rows", params={"task": "epsilon"})).json()
         assert rows["matched"] == 1
-        status = (await c.get("/api/status")).json()
-        assert status["records"] == 10 and status["version"] > first["version"] and status["growing"] is True
         assert "epsilon" in (await c.get("/api/overview")).json()["html"]
     viewer.close()
 

@@ -24,7 +24,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mnt)], capture_output=True,
                           text=True)
     if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip()}): needs root in a mount namespace")
+        pytest.skip(f"tmpfs: cannot mount a tmpfs here ({proc.stderr.strip()}): needs root in a mount namespace")
     try:
         yield mnt
     finally:

@@ -192,7 +192,7 @@ async def test_no_tasks_and_unknown_env_are_clear(tmp_path: Path) -> None:
         await run_eval(RunConfig(model="scripted:null", out=str(tmp_path / "a")))
     rows = tmp_path / "r.jsonl"
     rows.write_text('{"id": "a", "env": "nosuch", "input": "q"}\n')
-    with pytest.raises(Exception, match="task 'a': unknown environment 'nosuch'"):
+    with pytest.raises(InvalidTask, match="r.jsonl:1: field 'env': unknown environment 'nosuch'"):
         await run_eval(RunConfig(input=str(rows), model="scripted:null", out=str(tmp_path / "b")))
     rows.write_text('{"id": "a", "input": "q"}\n')
     with pytest.raises(InvalidTask, match="r.jsonl:1: field 'env'"):

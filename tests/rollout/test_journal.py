@@ -215,11 +215,11 @@ def tiny_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     if not sys.platform.startswith("linux") or os.geteuid() != 0:
-        pytest.skip("mounting a 64k tmpfs to simulate ENOSPC needs root on Linux")
+        pytest.skip("tmpfs: mounting a 64k tmpfs to simulate ENOSPC needs root on Linux")
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True,
                          text=True, check=False)
     if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip()}); ENOSPC is covered via RLIMIT_FSIZE")
+        pytest.skip(f"tmpfs: cannot mount a tmpfs here ({res.stderr.strip()}); ENOSPC is covered via RLIMIT_FSIZE")
     try:
         yield mnt
     finally:

@@ -91,7 +91,7 @@ async def test_nemo_gym_rows_score_end_to_end(tmp_path: Path) -> None:
 
 
 def test_parquet_input(tmp_path: Path) -> None:
-    pq = pytest.importorskip("pyarrow.parquet")
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow: the [parquet] extra is not installed")
     import pyarrow as pa
 
     table = pa.Table.from_pylist([{"id": "p1", "env": "mcqa", "input": "Q?",
@@ -123,7 +123,9 @@ def test_secrets_never_reach_run_json(tmp_path: Path) -> None:
                                  "--max-attempts", "1", "--deadline", "5", "--out", str(out), "-q"],
                           capture_output=True, text=True, timeout=120,
                           env={**__import__("os").environ, "OPENAI_API_KEY": "sk-canary-789"})
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 4, proc.stderr  # every rollout failed: the run exits "failed", not green
+    assert "FAILED: no rollout was scored" in proc.stderr and "failed(model)" in proc.stderr
+    assert "sk-canary" not in proc.stdout + proc.stderr  # the summary names the server, redacted
     for f in out.iterdir():
         text = f.read_text()
         assert "sk-canary" not in text, f.name

@@ -133,10 +133,11 @@ async def _run_over_http(env: Any, model_url: str) -> None:
     async with app.router.lifespan_context(app), \
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as c:
         resp = await c.post("/run", json={"task": TASK.model_dump(), "env_url": env.base_url,
-                                          "model_base_url": model_url}, timeout=30)
+                                          "env_token": env.token, "model_base_url": model_url},
+                            timeout=30)
         body = resp.json()
         assert resp.status_code == 200, body
-        assert body["outcome"]["status"] == "scored"
+        assert body["outcome"]["status"] == "scored", body["outcome"]
         assert body["verdict"]["components"] == {"state": 0.0, "answer": 1.0}
         assert len(body["trajectory"]["model_calls"]) == 1
         bad = await c.post("/run", json={"task": TASK.model_dump()})

@@ -1,5 +1,6 @@
 """A small root filesystem built from this machine's own files, turned into a container image with
-``docker import`` (nothing can be pulled here): busybox for the shell tools, the system Python with its
+``docker import`` (nothing can be pulled here): busybox for the shell tools, bash and GNU find (agents
+and task tests write bash and ``find -delete``, which busybox lacks), the system Python with its
 libraries and standard library for the escape attempts. Cached by tag; building takes a few seconds once.
 
 Also starts a Docker daemon for the tests when none runs (``--bridge=none --iptables=false``: this
@@ -17,8 +18,9 @@ import tarfile
 import time
 from pathlib import Path
 
-IMAGE = "palaestra-test-rootfs:2"
+IMAGE = "palaestra-test-rootfs:4"
 _PY = "/usr/bin/python3"
+_GNU = ("/usr/bin/bash", "/usr/bin/find")  # over busybox's applets of the same name
 
 
 def _libs(binary: str) -> set[str]:
@@ -50,9 +52,11 @@ def build_tar() -> bytes:
             info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
             tar.addfile(info)
         tar.add("/bin/busybox", "bin/busybox", filter=filt)
+        gnu = [tool for tool in _GNU if os.path.exists(tool)]
+        replaced = {os.path.basename(tool) for tool in gnu}
         applets = subprocess.run(["/bin/busybox", "--list"], capture_output=True, text=True).stdout.split()
         for name in applets:
-            if name == "busybox":
+            if name == "busybox" or name in replaced:
                 continue
             info = tarfile.TarInfo(f"bin/{name}")
             info.type, info.linkname = tarfile.SYMTYPE, "busybox"
@@ -62,7 +66,12 @@ def build_tar() -> bytes:
             info = tarfile.TarInfo(f"usr/bin/{alias}")
             info.type, info.linkname = tarfile.SYMTYPE, version
             tar.addfile(info)
-        for lib in sorted(_libs(real_py)):
+        for tool in gnu:
+            tar.add(os.path.realpath(tool), tool.lstrip("/"), filter=filt)
+            info = tarfile.TarInfo(f"bin/{os.path.basename(tool)}")
+            info.type, info.linkname = tarfile.SYMTYPE, tool
+            tar.addfile(info)
+        for lib in sorted(_libs(real_py).union(*map(_libs, gnu))):
             tar.add(os.path.realpath(lib), lib.lstrip("/"), filter=filt)
         tar.add(str(stdlib), str(stdlib).lstrip("/"), filter=filt)
         for name, text in (("etc/passwd", "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/sh\n"),

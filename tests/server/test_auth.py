@@ -24,12 +24,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_public_bind_without_token_refuses_to_start() -> None:
-    for cmd in (["env", "serve", "mcqa", "--host", "0.0.0.0"], ["model", "serve", "--host", "0.0.0.0"]):
-        env = {k: v for k, v in os.environ.items() if k != "PALAESTRA_TOKEN"}
+def test_public_bind_never_runs_without_a_token() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PALAESTRA_TOKEN"}
+    # off loopback a token is generated (tests/server/test_security.py serves one); opting out is refused
+    for cmd in (["env", "serve", "mcqa", "--host", "0.0.0.0", "--no-token"],
+                ["model", "serve", "--host", "0.0.0.0", "--no-token"]):
         proc = subprocess.run(CLI + cmd, capture_output=True, text=True, timeout=60, env=env)
         assert proc.returncode == 2, proc.stderr
-        assert "refusing to bind 0.0.0.0" in proc.stderr and "PALAESTRA_TOKEN" in proc.stderr
+        assert "--no-token is only allowed on loopback" in proc.stderr
+    # a wildcard bind must be told the names its clients use
+    proc = subprocess.run(CLI + ["env", "serve", "mcqa", "--host", "0.0.0.0"], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 2 and "--allowed-host" in proc.stderr, proc.stderr
 
 
 def test_short_token_is_refused() -> None:

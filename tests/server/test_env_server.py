@@ -135,7 +135,7 @@ async def test_placements_behave_alike(counter_spec: str, placement: str) -> Non
     mounted = await mount_env(counter_spec, placement)
     try:
         if placement == "local":
-            assert mounted.startup_s < 5.0 and mounted.process is not None
+            assert mounted.startup_s < 60.0 and mounted.process is not None  # a bound against a hang, not a speed test
         env = mounted.client
         s = await env.open(Task.model_validate(TASK))
         assert (await env.call_tool(s.session_id, "add", {"amount": 3})).output == "counter is now 4"

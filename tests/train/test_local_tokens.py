@@ -163,3 +163,21 @@ def test_an_injected_re_render_is_detected_and_falls_back_to_per_turn_samples(
     assert stats.token_drift_rate == pytest.approx(0.25) and (stats.drifted_turns, stats.checked_turns) == (1, 4)
     assert [r["drifted"] for r in rows] == [False, True, True, True]
     assert rows[1]["drifted_turns"] == [2]
+
+
+def test_the_compact_journal_form_keeps_every_token_of_the_real_model(rollout: Rollout) -> None:
+    """Journaled compact (later turns store only the ids they add), the rollout expands to the very same
+    tokens, and exports the same RL row."""
+    import orjson
+
+    from palaestra.rollout.compact import compact_rollout, expand_record
+    from palaestra.rollout.journal import encode_record
+
+    task = Task(id="t0", env="tally", input="Add 2 to the total, then read it, then say the total.")
+    stored = orjson.loads(encode_record(compact_rollout(rollout, task)))
+    calls = stored["trajectory"]["model_calls"]
+    assert calls[1]["prompt_token_ids"][0]["$prefix"] == 0  # the second prompt extends the first turn
+    assert len(calls[1]["prompt_token_ids"]) < len(rollout.trajectory.model_calls[1].prompt_token_ids or [])
+    back = Rollout.model_validate(expand_record(stored, {"t0": task}))
+    assert back.model_dump(mode="json") == rollout.model_dump(mode="json")
+    assert rl_rows([back])[0] == rl_rows([rollout])[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,10 @@ async def test_staleness_bound_drops_and_resamples(service: RolloutService, poli
                                     max_buffered_groups=1))
     first = await asyncio.wait_for(job.next_group(), 10)
     assert first is not None and first.policy_version == 0
-    await asyncio.sleep(0.3)  # the next group has been sampled with version 0 and waits in the buffer
+    deadline = time.monotonic() + 60  # the next group, sampled with version 0, waits in the buffer
+    while not job._ready and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert job._ready and job._ready[0].policy_version == 0
     job.set_policy_version(1)
     rest = await asyncio.wait_for(collect(job), 30)
     assert sorted(g.task_id for g in rest) == ["h1", "h2"] and all(g.policy_version == 1 for g in rest)
@@ -145,5 +149,5 @@ def test_serve_rollouts_refuses_a_public_bind_without_a_token(monkeypatch: pytes
     root = typer.Typer()
     root.command("export")(train_cmds.export)
     root.add_typer(train_cmds.serve_app, name="serve")
-    result = CliRunner().invoke(root, ["serve", "rollouts", "--host", "0.0.0.0"])
-    assert result.exit_code == 2 and "only loopback" in result.output
+    result = CliRunner().invoke(root, ["serve", "rollouts", "--host", "0.0.0.0", "--no-token"])
+    assert result.exit_code == 2 and "only allowed on loopback" in result.output

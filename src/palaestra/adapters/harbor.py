@@ -8,7 +8,10 @@ sandbox (image, memory, disk, timeouts) and its labels as tags.
 
 Nothing is executed and nothing is copied: rows point at the directories where they are. What cannot be
 carried over is reported as a warning per task (an image that Harbor would build from a Dockerfile, a
-test script that writes its reward where ``terminal`` does not look), never silently dropped.
+network the task declares it needs), never silently dropped. Grading follows the contract of
+``palaestra.core.grading``: a test that writes Harbor's ``/logs/verifier/reward.txt`` (or ``reward.json``)
+must write it, and a missing ``pytest``, an unwritten or unreadable reward or a network error is
+``failed(kind)``, never a 0.
 """
 
 from __future__ import annotations
@@ -150,6 +153,11 @@ def harbor_task(path: Path, *, env: str = "terminal", id_prefix: str = "harbor-"
             tags.append(value)
     if taskdir.reference is None:
         warnings.append("no solution/solve.sh: `palaestra env check` cannot play this task's reference")
+    if taskdir.needs_network:  # terminal's sandboxes have none: its rollouts fail typed before they start
+        harbor["needs_network"] = sorted(taskdir.needs_network)
+        declared = "; ".join(sorted(set(taskdir.needs_network.values())))
+        warnings.append(f"task.toml declares the network is needed ({declared}); the sandbox has none, so its "
+                        "rollouts are failed(environment) unless the row sets metadata.network = \"host\"")
     task = Task(id=f"{id_prefix}{_slug(name)}", env=env, input=taskdir.instruction, metadata=metadata, tags=tags)
     return task, [f"{task.id}: {w}" for w in warnings]
 

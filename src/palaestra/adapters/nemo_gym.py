@@ -229,6 +229,9 @@ def export_nemo_gym(run_dir: str | Path, out: str | Path) -> NemoGymExport:
     index = {t.id: i for i, t in enumerate(tasks)}
     by_id = {t.id: t for t in tasks}
     records, _ = read_journal(run / JOURNAL)
+    from palaestra.rollout.compact import expand_records
+
+    records = expand_records(records, by_id)  # compact records reference their task's input: make them whole
     results, inputs, failures = [], [], []
     skipped: list[str] = []
     for (task_id, repeat), rollout in sorted(_final_attempts(records).items(),

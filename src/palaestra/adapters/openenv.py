@@ -142,6 +142,10 @@ class OpenEnvEnvironment(Environment):
         return [{"type": "function", "function": {"name": self.step_tool, "description": self.step_description,
                                                   "parameters": self.action_schema()}}]
 
+    def check_task(self, task: Task) -> None:
+        """A row's ``metadata.reset`` must be an object of reset() arguments: checked at load, not in reset."""
+        self.reset_args(task)
+
     # ---- session -------------------------------------------------------------------------------
     async def seed(self, task: Task) -> OpenEnvState:
         session = self._open_session()

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from palaestra.adapters.common import check_arguments, import_object
 from palaestra.core.environment import Environment, maybe_await
-from palaestra.core.errors import ConfigError, ToolError, UnknownTool, VerifierError
+from palaestra.core.errors import ConfigError, InvalidTask, ToolError, UnknownTool, VerifierError
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 
 INSTALL_HINT = "install verifiers: pip install 'palaestra[verifiers]'"
@@ -134,6 +134,12 @@ class VerifiersEnvironment(Environment):
                 params.setdefault("additionalProperties", False)
             self._tools = tools
         return self._tools
+
+    def check_task(self, task: Task) -> None:
+        """A verifiers rubric scores a completion of the row's prompt: a row without one cannot be run."""
+        if not any(str(m.get("content") or "").strip() for m in task.messages()):
+            raise InvalidTask(f"verifiers task '{task.id}' has an empty input",
+                              hint="put the prompt in `input`")
 
     def seed(self, task: Task) -> VfSession:
         return VfSession(task)

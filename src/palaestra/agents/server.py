@@ -1,5 +1,10 @@
 """An agent as a server: ``POST /run`` takes a task plus where its environment and model live, runs
-the whole rollout (session, agent loop, verify) and answers the rollout record."""
+the whole rollout (session, agent loop, verify) and answers the rollout record.
+
+It calls only loopback addresses and the hosts it was given (``allowed_hosts``): a request naming any
+other ``env_url`` or ``model_base_url`` is a 400, so the server is no relay to arbitrary addresses.
+``env_token`` and ``model_api_key`` in the body are the bearer tokens of those two servers (a local
+environment server asks for one); they are used for the calls and never stored or answered back."""
 
 from __future__ import annotations
 
@@ -17,15 +22,17 @@ from palaestra.agents.tool_agent import ToolAgent
 from palaestra.client.env_client import HttpEnvClient
 from palaestra.core.errors import PalaestraError
 from palaestra.core.records import Task
+from palaestra.core.secrets import redact_url
 from palaestra.models.openai_http import OpenAIBackend
 from palaestra.rollout.runner import run_rollout
 from palaestra.server.http import JSON, error_response, from_exception, read_json
 from palaestra.server.model_proxy import ModelProxy
+from palaestra.server.security import url_host_allowed
 
 
-def create_agent_app(agent: Agent | None = None) -> Starlette:
+def create_agent_app(agent: Agent | None = None, *, allowed_hosts: tuple[str, ...] = ()) -> Starlette:
     harness: Agent = agent or ToolAgent()
-    backends: dict[str, OpenAIBackend] = {}
+    backends: dict[tuple[str, str | None], OpenAIBackend] = {}
 
     async def run(request: Request) -> Response:
         try:
@@ -35,11 +42,19 @@ def create_agent_app(agent: Agent | None = None) -> Starlette:
                 return error_response("bad_request", "POST /run needs 'task', 'env_url' and 'model_base_url'",
                                       400, 'send {"task": {...}, "env_url": "...", "model_base_url": "..."}')
             task = Task.model_validate(body["task"])
-            base = str(body["model_base_url"])
-            backend = backends.get(base)
+            base, env_url = str(body["model_base_url"]), str(body["env_url"])
+            for field, url in (("env_url", env_url), ("model_base_url", base)):
+                if not url_host_allowed(url, allowed_hosts):
+                    return error_response("bad_request", f"{field} {redact_url(url)[:200]!r} is not on this agent "
+                                          "server's allow-list", 400,
+                                          "use a loopback address, or start the server with that host allowed")
+            key = body.get("model_api_key")
+            key = str(key) if key else None
+            backend = backends.get((base, key))
             if backend is None:
-                backend = backends[base] = OpenAIBackend(base, model=body.get("model_name"))
-            env = HttpEnvClient(str(body["env_url"]), name=task.env)
+                backend = backends[(base, key)] = OpenAIBackend(base, model=body.get("model_name"), api_key=key)
+            env_token = body.get("env_token")
+            env = HttpEnvClient(env_url, name=task.env, token=str(env_token) if env_token else None)
             try:
                 rollout = await run_rollout(
                     task, env=env, agent=harness, proxy=ModelProxy(backend),

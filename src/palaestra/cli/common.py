@@ -53,3 +53,33 @@ def fail(message: str, hint: str | None = None, code: int = 2) -> None:
     if hint:
         typer.echo(f"  fix: {hint}", err=True)
     raise typer.Exit(code)
+
+
+# Exit codes of `eval run` and `eval reverify` (README "Everyday commands"): 0 complete, 1 an unexpected
+# error, 2 refused or stopped (usage, config, invalid rows, an unwritable run directory), 3 incomplete
+# (coverage below --min-coverage), 4 failed (no rollout scored).
+EXIT_CODES_HELP = ("Exit codes: 0 complete; 2 refused or stopped (bad flags or config, invalid rows, "
+                   "run directory not writable); 3 incomplete (coverage below --min-coverage); "
+                   "4 failed (no rollout scored).")
+
+
+def warn_journal(problems: list[str], limit: int = 20) -> None:
+    """Say, on stderr, which journal lines could not be read: they are left out of every number."""
+    if not problems:
+        return
+    typer.secho(f"warning: {len(problems)} journal line(s) could not be read and are left out of the metrics:",
+                fg="yellow", err=True)
+    for line in problems[:limit]:
+        typer.echo(f"  {line}", err=True)
+    if len(problems) > limit:
+        typer.echo(f"  ... and {len(problems) - limit} more (all in metrics.json)", err=True)
+
+
+def print_status(lines: list[str], ok: bool) -> None:
+    """The verdict on a run and, when it fell short, each failure kind with an example and what to do."""
+    if not lines:
+        return
+    typer.secho(lines[0], fg="green" if ok else "red", err=not ok)
+    for line in lines[1:]:
+        typer.echo(line, err=not ok)
+

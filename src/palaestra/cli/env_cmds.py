@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import typer
 
 from palaestra.cli.common import fail, run_async
+
+if TYPE_CHECKING:
+    from palaestra.core.records import Task
 
 app = typer.Typer(no_args_is_help=True, help="Environments: list, info, serve, check.")
 
@@ -57,28 +61,46 @@ def serve(
     spec: str = typer.Argument(..., help="Built-in name, module:Class or ./file.py:Class."),
     host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default)."),
     port: int = typer.Option(8765, help="Port (0 picks a free one)."),
-    token_env: str = typer.Option("PALAESTRA_TOKEN", help="Variable holding the bearer token (required off "
-                                                          "loopback)."),
+    token_env: str = typer.Option("PALAESTRA_TOKEN", help="Variable holding the bearer token to require "
+                                                          "(default: a generated one)."),
+    no_token: bool = typer.Option(False, "--no-token", help="Serve without a token (loopback only): anyone on "
+                                                            "this machine can then run its tools."),
+    token_file: str | None = typer.Option(None, help="Where to write the generated token (default: "
+                                                     "$XDG_RUNTIME_DIR/palaestra/env-PORT.token, else "
+                                                     "~/.cache/palaestra/tokens/env-PORT.token)."),
+    allowed_host: list[str] = typer.Option([], "--allowed-host", help="Another Host name clients use (NAME or "
+                                           "NAME:PORT; '*' for any). Loopback names are always accepted."),
 ) -> None:
-    """Serve an environment over HTTP (DESIGN §1)."""
+    """Serve an environment over HTTP (DESIGN §1). It asks for a bearer token, generated and printed at
+    start (and saved in a 0600 token file) unless --no-token."""
     from palaestra.server import env_main
 
-    env_main.main([spec, "--host", host, "--port", str(port), "--token-env", token_env])
+    argv = [spec, "--host", host, "--port", str(port), "--token-env", token_env]
+    argv += ["--no-token"] if no_token else []
+    argv += ["--token-file", token_file] if token_file else []
+    for name in allowed_host:
+        argv += ["--allowed-host", name]
+    env_main.main(argv)
 
 
 @app.command("check")
 def check(
     spec: str = typer.Argument(..., help="Built-in name, module:Class or ./file.py:Class."),
     placement: str = typer.Option("inprocess", help="inprocess | local | direct"),
-    limit: int = typer.Option(0, help="Check only the first N bundled tasks (0 = all)."),
+    limit: int = typer.Option(0, help="Check only the first N tasks (0 = all)."),
+    input: str | None = typer.Option(None, "--input", "-i", help="Check on the tasks of this file (JSONL or "
+                                     "Parquet) instead of the bundled data/*.jsonl; rows may omit `env`."),
 ) -> None:
     """Run the conformance suite: oracle full reward, null zero, malformed calls, determinism, cleanup."""
     from rich.console import Console
     from rich.table import Table
 
-    from palaestra.rollout.conformance import check_env
+    from palaestra.rollout.conformance import CheckReport, check_env
 
-    report = run_async(check_env(spec, placement, limit or None))
+    async def checked() -> CheckReport:
+        return await check_env(spec, placement, limit or None, _task_file(input, spec) if input else None)
+
+    report = run_async(checked())
     table = Table("check", "result", "detail", title=f"env check {report.env} ({report.placement}, "
                                                        f"{report.tasks} tasks)")
     for r in report.results:
@@ -86,3 +108,17 @@ def check(
     Console().print(table)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _task_file(path: str, spec: str) -> list[Task]:
+    """The rows of ``env check --input``, read as ``eval run --input`` reads them (rows without ``env``
+    belong to the checked environment); any bad row stops the check with its file, line and field."""
+    from palaestra.core.errors import InvalidTask
+    from palaestra.envs.registry import load_env_class
+    from palaestra.rollout.tasks import load_task_file
+
+    loaded = load_task_file(path, load_env_class(spec).name)
+    if loaded.problems:
+        listing = "\n  ".join(str(p) for p in loaded.problems[:20])
+        raise InvalidTask(f"{len(loaded.problems)} invalid task row(s):\n  {listing}", hint="fix the rows")
+    return list(loaded.tasks)

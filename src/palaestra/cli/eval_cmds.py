@@ -8,12 +8,12 @@ from typing import Any
 
 import typer
 
-from palaestra.cli.common import fail, guarded, run_async
+from palaestra.cli.common import EXIT_CODES_HELP, fail, guarded, print_status, run_async, warn_journal
 
 app = typer.Typer(no_args_is_help=True, help="Evaluations: run, metrics, reverify.")
 
 
-@app.command("run")
+@app.command("run", epilog=EXIT_CODES_HELP)
 def run(
     input: str | None = typer.Option(None, "--input", "-i", help="Task file (JSONL or Parquet)."),
     env: str | None = typer.Option(None, "--env", "-e", help="Environment (alone: its bundled tasks)."),
@@ -34,7 +34,13 @@ def run(
     max_attempts: int | None = typer.Option(None, help="Attempts per rollout on infrastructure failure."),
     deadline_s: float | None = typer.Option(None, "--deadline", help="Seconds per rollout."),
     placement: str | None = typer.Option(None, help="inprocess | direct | local | ray (with --cluster)."),
-    skip_invalid: bool | None = typer.Option(None, "--skip-invalid", help="Skip malformed rows (listed)."),
+    skip_invalid: bool | None = typer.Option(None, "--skip-invalid", help="Skip invalid rows (listed) instead of "
+                                                                         "refusing to start."),
+    min_coverage: float | None = typer.Option(None, "--min-coverage", min=0.0, max=1.0,
+                                              help="Share of (task, repeat) slots that must be scored (default "
+                                                   "1.0); below it the run exits 3, with none scored 4."),
+    max_rollouts: int | None = typer.Option(None, "--max-rollouts", min=1,
+                                            help="Refuse runs of more rollouts than this (default 10,000,000)."),
     max_steps: int | None = typer.Option(None, help="Agent step limit."),
     cluster: str | None = typer.Option(None, help="Run on Ray: ray | ray:local | ray:HOST:PORT | ray://HOST:PORT "
                                                 "[?workers=N&env_replicas=N]."),
@@ -43,7 +49,10 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     show_config: bool = typer.Option(False, "--show-config", help="Print the resolved config and exit."),
 ) -> None:
-    """Collect rollouts, journal them, and print metrics. Re-running with the same --out resumes."""
+    """Collect rollouts, journal them, and print metrics. Re-running with the same --out resumes.
+
+    Every row is checked against its environment first; any invalid row stops the run before it starts
+    (or is skipped with --skip-invalid)."""
     from palaestra.cli.progress import run_with_progress
     from palaestra.rollout.config import RunConfig, resolve
 
@@ -60,7 +69,9 @@ def run(
     if show_config:
         print_config(cfg.model_dump(mode="json"), sources)
         return
-    run_with_progress(cfg, quiet=quiet)
+    result = run_with_progress(cfg, quiet=quiet)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
 
 
 def print_config(values: dict[str, Any], sources: dict[str, str]) -> None:
@@ -89,23 +100,32 @@ def metrics(run_dir: str = typer.Argument(..., help="Run directory."),
     d = Path(run_dir)
     if not (d / TASKS).is_file():
         fail(f"{run_dir} is not a run directory (no {TASKS})", "give the --out directory of a run")
-    m = write_metrics(d, read_tasks(d / TASKS), int(read_manifest(d).get("repeats", 1)))
+    m = guarded(lambda: write_metrics(d, read_tasks(d / TASKS), int(read_manifest(d).get("repeats", 1))))
+    warn_journal(list(m.get("journal_problems") or []) + list(m.get("invalid_records") or []))
     if as_json:
         typer.echo(json.dumps(m, indent=2))
     else:
         Console().print(format_table(m))
 
 
-@app.command("reverify")
+@app.command("reverify", epilog=EXIT_CODES_HELP)
 def reverify(run_dir: str = typer.Argument(..., help="Run directory."),
-             placement: str = typer.Option("inprocess")) -> None:
+             placement: str = typer.Option("inprocess"),
+             min_coverage: float = typer.Option(1.0, "--min-coverage", min=0.0, max=1.0,
+                                                help="Share of slots that must be scored after re-scoring; "
+                                                     "below it exits 3, with none scored 4.")) -> None:
     """Re-score stored rollouts with the current verifier (no model calls); write metrics and a diff."""
     from rich.console import Console
 
     from palaestra.metrics.summary import format_table
     from palaestra.rollout.reverify import reverify_run
 
-    result = run_async(reverify_run(Path(run_dir), placement=placement))
+    result = run_async(reverify_run(Path(run_dir), placement=placement, min_coverage=min_coverage))
     Console().print(format_table(result.metrics, title="metrics after reverify"))
     typer.echo(f"{result.checked} rollouts re-verified, {len(result.changed)} verdicts changed, "
                f"{result.failed} failed; diff in {result.diff_path}")
+    warn_journal(result.journal_problems)
+    if result.status is not None:
+        print_status(result.status.lines(), result.status.status == "complete")
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)

@@ -7,14 +7,16 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from palaestra.cli.common import run_async, tune_gc_for_batch
+from palaestra.cli.common import print_status, run_async, tune_gc_for_batch, warn_journal
 from palaestra.core.records import Rollout
 from palaestra.metrics.summary import format_table
-from palaestra.rollout.collector import run_eval
+from palaestra.rollout.collector import RunResult, run_eval
 from palaestra.rollout.config import RunConfig
 
 
-def run_with_progress(cfg: RunConfig, quiet: bool = False) -> None:
+def run_with_progress(cfg: RunConfig, quiet: bool = False) -> RunResult:
+    """Run with a live bar, then print the skipped rows, the metrics, unreadable journal lines and the
+    verdict; the caller exits with ``result.exit_code``."""
     console = Console(stderr=True)
     progress = Progress(
         TextColumn("[bold]collect"), BarColumn(), MofNCompleteColumn(),
@@ -47,3 +49,11 @@ def run_with_progress(cfg: RunConfig, quiet: bool = False) -> None:
     out.print(format_table(result.metrics, title=f"metrics — {result.run_dir}"))
     out.print(f"run directory: {result.run_dir} (rollouts.jsonl, metrics.json, run.json); "
               f"{result.collected} collected in {result.wall_s:.1f} s")
+    warn_journal(result.journal_problems)
+    if result.status is not None:
+        lines = result.status.lines()
+        if result.status.status != "complete":
+            lines.append(f"  after fixing the cause: palaestra eval run --resume {result.run_dir} "
+                         f"--max-attempts {2 * cfg.max_attempts} gives the failed slots more attempts")
+        print_status(lines, result.status.status == "complete")
+    return result

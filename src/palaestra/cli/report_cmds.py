@@ -31,6 +31,10 @@ def report(
     path = guarded(lambda: write_report(Path(run_dir), out=Path(out) if out else None,
                                         max_detail_bytes=int(max_detail_mb * 1_000_000)))
     typer.echo(f"report: {path}")
+    from palaestra.cli.common import warn_journal
+    from palaestra.rollout.journal import read_journal
+
+    warn_journal(guarded(lambda: read_journal(Path(run_dir) / "rollouts.jsonl", missing_ok=True))[1])
     if mlflow:
         from palaestra.report.exporters import export_mlflow
 
@@ -49,12 +53,19 @@ def view(
     host: str = typer.Option("127.0.0.1", help="Address to bind; anything but loopback needs --token."),
     port: int = typer.Option(8765, help="Port."),
     token: str | None = typer.Option(None, envvar="PALAESTRA_VIEW_TOKEN",
-                                        help="Require this token (needed beyond 127.0.0.1)."),
+                                        help="Require this token (needed beyond 127.0.0.1; default on loopback: "
+                                             "a fresh one, in the printed URL)."),
+    no_token: bool = typer.Option(False, "--no-token", help="No token in the URL (loopback only): any program "
+                                                            "on this machine can then read the run."),
+    allowed_host: list[str] = typer.Option([], "--allowed-host", help="Another Host name the browser uses (NAME "
+                                           "or NAME:PORT). Loopback names are always accepted."),
 ) -> None:
-    """Serve the trajectory viewer for a run on 127.0.0.1; it refreshes while the run goes on."""
+    """Serve the trajectory viewer for a run on 127.0.0.1; it refreshes while the run goes on. Open the
+    printed URL: it carries the viewer's token (?token=...), like Jupyter's."""
     from palaestra.report.server import serve
 
-    guarded(lambda: serve(run_dir, host=host, port=port, token=token,
+    guarded(lambda: serve(run_dir, host=host, port=port, token=token, no_token=no_token,
+                          allowed_hosts=tuple(allowed_host),
                           on_ready=lambda url: typer.echo(f"viewer: {url}  (Ctrl-C to stop)")))
 
 

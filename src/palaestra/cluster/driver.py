@@ -134,7 +134,7 @@ class RayCollector:
         from palaestra.rollout.collector import attempts_until_scored  # imported late, as drain is
 
         await attempts_until_scored(lambda n: self._attempt(task, repeat, n), first_attempt, self.cfg.max_attempts,
-                                    journal, self.on_rollout)
+                                    journal, self.on_rollout, task=task)
 
 
 def _first_line(exc: BaseException) -> str:

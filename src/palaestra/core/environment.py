@@ -81,6 +81,13 @@ class Environment:
         Called when metrics are computed; the result lands in ``metrics.json`` under ``env_metrics``."""
         return {}
 
+    def preflight(self, tasks: list[Task]) -> dict[str, Any]:
+        """Once, before a run's first rollout, with all of its tasks of this environment: raise ConfigError
+        when grading them cannot work (e.g. no judge model configured), so the run refuses to start
+        instead of failing every rollout. What it returns (e.g. which judge grades) goes into run.json
+        under ``envs.<name>``."""
+        return {}
+
     def prompt(self, task: Task) -> list[dict[str, Any]]:
         """The messages the model sees first. Ground truth in ``task.metadata`` never appears here."""
         messages = task.messages()

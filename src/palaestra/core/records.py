@@ -10,7 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-SCHEMA_VERSION = 1
+# 2: journal records may be compact (a task's input and repeated request messages stored by reference;
+# see rollout/compact.py, whose expand_record every reader applies). Records of version 1 are always whole.
+SCHEMA_VERSION = 2
 
 Message = dict[str, Any]
 

@@ -230,7 +230,7 @@ def run_spend(run_dir: str | Path, name: str | None = None) -> RunSpend:
         prices = {str(k): float(v) for k, v in raw_prices.items() if _float(v) is not None} \
             if isinstance(raw_prices, dict) else {}
         # records stream through one open file: a long journal is never held in memory whole
-        records = index.read_records(range(len(index.rows)))
+        records = index.read_records(range(len(index.rows)), expand=False)  # usage needs no messages
         usage = model_usage((rec for _, rec in records if rec is not None), prices)
     overall = metrics.get("overall")
     overall = overall if isinstance(overall, dict) else {}

@@ -3,8 +3,9 @@
 The viewer must show the first page of a 100,000-rollout journal at once and keep up with a run that is
 still appending, so the journal is never loaded whole. ``advance`` reads forward from where it stopped
 and consumes only newline-terminated lines (a line still being appended is left for the next call); a
-record is fetched again by ``pread`` at its offset when someone opens it. All methods are thread-safe:
-the server advances the index in a background thread while requests read it.
+record is fetched again by ``pread`` at its offset when someone opens it, and expanded against the run's
+``tasks.jsonl`` (records reference their task's input instead of copying it: rollout/compact.py). All
+methods are thread-safe: the server advances the index in a background thread while requests read it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import orjson
 
 from palaestra.report.rows import Effective, Filter, Row, row_from_record
+from palaestra.rollout.compact import RunTasks, expand_record
 
 __all__ = ["JournalIndex"]
 
@@ -42,6 +44,7 @@ class JournalIndex:
         self._effective = Effective()
         self._lines = 0
         self._lock = threading.RLock()
+        self._tasks = RunTasks(self.path.parent / "tasks.jsonl")  # read only when a record references it
 
     @property
     def complete(self) -> bool:
@@ -142,20 +145,27 @@ class JournalIndex:
                 return None
             return self.offsets[seq], self.lengths[seq]
 
+    def _expand(self, rec: dict[str, Any]) -> dict[str, Any]:
+        """The record whole; a task missing from tasks.jsonl reads as a placeholder that says so (a
+        viewer shows what it can rather than nothing)."""
+        return expand_record(rec, self._tasks, strict=False)
+
     def read_record(self, seq: int) -> dict[str, Any]:
-        """The full journal record number ``seq``; IndexError when the index has no such record."""
+        """The full journal record number ``seq``, expanded; IndexError when the index has no such record."""
         span = self._span(seq)
         if span is None:
             raise IndexError(f"no rollout #{seq} in {self.path} (it has {len(self.rows)} indexed)")
         with self.path.open("rb") as fh:
             data = os.pread(fh.fileno(), span[1], span[0])
         rec: dict[str, Any] = orjson.loads(data)
-        return rec
+        return self._expand(rec) if isinstance(rec, dict) else rec
 
-    def read_records(self, seqs: Iterable[int]) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    def read_records(self, seqs: Iterable[int], *, expand: bool = True
+                     ) -> Iterator[tuple[int, dict[str, Any] | None]]:
         """``(seq, record)`` for each seq, through one open file (a report reads thousands in a row);
         the record is None for a seq the index does not hold or a line that no longer parses. The index
-        lock is never held while the caller runs between two records."""
+        lock is never held while the caller runs between two records. ``expand=False`` gives records as
+        journaled (enough for usage and outcomes, which compaction never touches)."""
         with self.path.open("rb") as fh:
             for seq in seqs:
                 span = self._span(seq)
@@ -163,7 +173,11 @@ class JournalIndex:
                 if span is not None:
                     with contextlib.suppress(orjson.JSONDecodeError):
                         rec = orjson.loads(os.pread(fh.fileno(), span[1], span[0]))
-                yield seq, rec if isinstance(rec, dict) else None
+                if not isinstance(rec, dict):
+                    rec = None
+                elif expand:
+                    rec = self._expand(rec)
+                yield seq, rec
 
     def snapshot(self) -> list[Row]:
         """The rows indexed so far (a copy of the list; rows themselves are shared)."""

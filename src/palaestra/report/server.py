@@ -9,7 +9,6 @@ work runs in the thread pool, never on the event loop.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,7 +21,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from palaestra.report.detail import rollout_detail
 from palaestra.report.index import JournalIndex
@@ -30,10 +28,10 @@ from palaestra.report.overview import build_overview
 from palaestra.report.page import csp, render_page, viewer_script
 from palaestra.report.rows import COLUMNS, Filter
 from palaestra.report.rundata import ReportError, RunInfo, load_run_info, run_metrics
+from palaestra.server.security import LOOPBACK, Guard, GuardPolicy, choose_token
 
-__all__ = ["LOOPBACK", "Viewer", "create_app", "serve"]
+__all__ = ["LOOPBACK", "Viewer", "create_app", "serve", "viewer_policy"]
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_LIMIT = 500
 FIRST_PAGE_WAIT_S = 1.5  # how long a request may index in line before answering with what it has
 
@@ -133,7 +131,8 @@ def _filter_from(request: Request) -> tuple[Filter, int, int]:
 
 def create_app(run_dir: str | Path, *, token: str | None = None, poll_s: float = 1.0) -> Starlette:
     """The viewer app for one run directory. With ``token``, every request must carry it (``?token=``
-    once, which sets a cookie, or ``Authorization: Bearer``): required when serving beyond loopback."""
+    once, which sets a cookie, or ``Authorization: Bearer``), whatever its Host: for embedding the app
+    elsewhere. ``serve`` checks the token and the Host itself (``palaestra.server.security``)."""
     viewer = Viewer(load_run_info(run_dir), poll_s=poll_s)
     script = viewer_script()
     headers = {"Content-Security-Policy": csp([script], connect_self=True), "X-Content-Type-Options": "nosniff",
@@ -144,10 +143,7 @@ def create_app(run_dir: str | Path, *, token: str | None = None, poll_s: float =
         html = render_page(title=viewer.info.title, live=True,
                            overview_html='<p class="muted">Loading the overview…</p>',
                            data={"mode": "live", "columns": list(COLUMNS)})
-        response = HTMLResponse(html, headers=headers)
-        if token and request.query_params.get("token") == token:
-            response.set_cookie("palaestra_view", token, httponly=True, samesite="strict")
-        return response
+        return HTMLResponse(html, headers=headers)
 
     def api(fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -188,39 +184,45 @@ def create_app(run_dir: str | Path, *, token: str | None = None, poll_s: float =
     app.state.viewer = viewer
 
     if token:
-        app.add_middleware(_TokenGate, token=token)
+        app.add_middleware(Guard, policy=viewer_policy(None, token))
     return app
 
 
-class _TokenGate:
-    """Reject requests without the viewer's token (query, cookie or bearer header), before any route."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app, self.token = app, token
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            request = Request(scope)
-            given = request.query_params.get("token") or request.cookies.get("palaestra_view") or \
-                request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), self.token.encode()):
-                response = _error(401, "unauthorized", "this viewer needs its token: open the URL printed by "
-                                                       "`palaestra view` (it ends in ?token=...)")
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+def viewer_policy(host: str | None, token: str | None, *, allowed_hosts: tuple[str, ...] = ()) -> GuardPolicy:
+    """The viewer's checks: the names of a server bound to ``host`` (any name when None: an app embedded
+    behind someone else's server) and its token, which ``?token=`` in the URL sets as a cookie named with
+    the port (like Jupyter's), so the page's own requests carry it."""
+    message = "this viewer needs its token: open the URL printed by `palaestra view` (it ends in ?token=...)"
+    if host is None:
+        return GuardPolicy(token=token, allowed_hosts=("*",), open_paths=(), cookie_prefix="palaestra_view",
+                           unauthorized_message=message, unauthorized_hint="open the printed URL")
+    return GuardPolicy.for_bind(host, token=token, allowed_hosts=allowed_hosts, open_paths=(),
+                                cookie_prefix="palaestra_view", unauthorized_message=message,
+                                unauthorized_hint="open the printed URL")
 
 
 def serve(run_dir: str | Path, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
+          no_token: bool = False, allowed_hosts: tuple[str, ...] = (),
           on_ready: Callable[[str], None] | None = None) -> None:
-    """Run the viewer until interrupted. A host beyond loopback needs a token (principle 10)."""
-    import uvicorn
+    """Run the viewer until interrupted, behind the Host/Origin checks and a token: a fresh one in the URL
+    ``on_ready`` gets (like Jupyter's) unless ``no_token`` (loopback only). A host beyond loopback needs a
+    token given by the user (principle 10)."""
+    from palaestra.core.errors import PalaestraError
+    from palaestra.server.serving import run_guarded
 
     if host not in LOOPBACK and not token:
         raise ReportError(f"refusing to serve the viewer on {host} without a token",
                           hint="pass --token SECRET (or set PALAESTRA_VIEW_TOKEN), or keep --host 127.0.0.1")
-    app = create_app(run_dir, token=token)
-    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/" + (f"?token={token}" if token else "")
-    if on_ready:
-        on_ready(url)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    try:
+        chosen = choose_token(host, given=token, no_token=no_token, default_on=True)
+        policy = viewer_policy(host, chosen, allowed_hosts=allowed_hosts)
+    except PalaestraError as exc:
+        raise ReportError(exc.message, hint=exc.hint) from None
+    app = create_app(run_dir)
+
+    def ready(actual: int) -> None:
+        shown = f"[{host}]" if ":" in host else host
+        if on_ready:
+            on_ready(f"http://{shown}:{actual}/" + (f"?token={chosen}" if chosen else ""))
+
+    run_guarded(app, policy, host=host, port=port, on_ready=ready, access_log=False)  # no URL (token) in a log

@@ -17,15 +17,16 @@ from typing import Any
 from palaestra.agents.base import Agent
 from palaestra.agents.registry import make_agent
 from palaestra.client.env_client import EnvClient
-from palaestra.core.errors import InvalidTask
+from palaestra.core.errors import ConfigError, InvalidTask
 from palaestra.core.records import Rollout, Task
 from palaestra.core.secrets import redact_url
 from palaestra.envs.registry import load_env_class, register_alias, spec_for
-from palaestra.metrics.summary import compute_metrics
+from palaestra.metrics.summary import RunStatus, compute_metrics, run_status
 from palaestra.metrics.usage import model_usage
 from palaestra.placement import MountedEnv, mount_env
 from palaestra.rollout import rundir
 from palaestra.rollout.cascade import run_cascade
+from palaestra.rollout.compact import CompactError, RunTasks, compact_rollout, expand_record
 from palaestra.rollout.config import RunConfig
 from palaestra.rollout.journal import Journal, read_journal
 from palaestra.rollout.models import ModelPool, needs_reference
@@ -37,14 +38,29 @@ ProgressFn = Callable[[Rollout, bool], None]
 log = logging.getLogger(__name__)
 
 
+# Outcome messages of failures that the same attempt would hit again: a row its environment refuses, a
+# config error. The runner writes them as "<error kind>: ..."; retrying them only wastes attempts.
+DETERMINISTIC_KINDS = ("invalid_task", "config")
+
+
 @dataclass
 class RunResult:
+    """What ``run_eval`` did, with everything the CLI prints: metrics, the verdict on the run (``status``,
+    whose ``exit_code`` the CLI exits with), the skipped rows and the journal lines that could not be
+    read."""
+
     run_dir: Path
     metrics: dict[str, Any]
     collected: int = 0
     skipped_rows: list[str] = field(default_factory=list)
     resumed: int = 0
     wall_s: float = 0.0
+    status: RunStatus | None = None
+    journal_problems: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return self.status.exit_code if self.status is not None else 0
 
 
 class Collector:
@@ -101,7 +117,8 @@ class Collector:
             return await run_rollout(task, proxy=self.models.proxy(spec), model_name=redact_url(spec),
                                      with_reference=needs_reference(self.models.resolve(spec)), **kw)
 
-        await attempts_until_scored(attempt, first_attempt, self.cfg.max_attempts, journal, self.on_rollout)
+        await attempts_until_scored(attempt, first_attempt, self.cfg.max_attempts, journal, self.on_rollout,
+                                    task=task)
 
     async def collect(self, pending: list[tuple[Task, int, int]]) -> None:
         await self._setup()
@@ -113,19 +130,37 @@ class Collector:
 
 
 async def attempts_until_scored(attempt: Callable[[int], Awaitable[Rollout]], first_attempt: int, max_attempts: int,
-                                journal: Journal, on_rollout: ProgressFn | None) -> None:
+                                journal: Journal, on_rollout: ProgressFn | None, *, task: Task | None = None) -> None:
     """Run attempts ``first_attempt, ...`` of one (task, repeat) until one is scored or none is left; each is
     journaled before the next starts, with a short backoff between them. Shared by the local and the Ray
-    collectors, which differ only in how one attempt runs."""
+    collectors, which differ only in how one attempt runs. Records are journaled compact, referencing
+    ``task`` (stored once, in tasks.jsonl) instead of copying its input (rollout/compact.py)."""
     for n in range(first_attempt, max_attempts):
         rollout = await attempt(n)
-        await journal.append(rollout)
-        done = rollout.outcome.status == "scored"
+        await journal.append(compact_rollout(rollout, task))
+        done = rollout.outcome.status == "scored" or is_deterministic(rollout)
         if on_rollout:
             on_rollout(rollout, done or n + 1 >= max_attempts)
         if done:
             return
         await asyncio.sleep(min(0.05 * 2 ** (n - first_attempt), 2.0))
+
+
+def is_deterministic(rollout: Rollout) -> bool:
+    """A failure the next attempt would meet again (an invalid task, a bad config): never retried."""
+    message = rollout.outcome.message or ""
+    return rollout.outcome.status == "failed" and message.startswith(tuple(f"{k}:" for k in DETERMINISTIC_KINDS))
+
+
+def check_size(n_tasks: int | None, repeats: int, limit: int) -> None:
+    """Refuse an absurd run before anything is planned or allocated: its plan alone would not fit.
+    ``n_tasks`` None: the tasks are not read yet, and the repeats alone are over the limit."""
+    total = (n_tasks or 1) * repeats
+    if total > limit:
+        what = (f"{repeats:,} repeats per task" if n_tasks is None
+                else f"{n_tasks:,} task(s) × {repeats:,} repeat(s) = {total:,} rollouts")
+        raise ConfigError(f"{what} is more than the limit of {limit:,} rollouts; nothing was started",
+                          hint="lower -k/--repeats or --limit, or raise --max-rollouts if you mean it")
 
 
 async def drain(pending: list[tuple[Task, int, int]], concurrency: int,
@@ -184,6 +219,28 @@ def expected_counts(tasks: list[Task], repeats: int) -> dict[tuple[str, str], in
     return {(t.env, t.id): repeats for t in tasks}
 
 
+def read_rollouts(path: Path) -> tuple[list[dict[str, Any]], list[Rollout], list[str], list[str]]:
+    """The journal's records, its valid Rollouts, the lines that are not JSON records (torn, garbage), and
+    the records that are JSON but not Rollouts — each problem naming its line, so none is dropped
+    silently."""
+    lines: list[int] = []
+    records, problems = read_journal(path, missing_ok=True, lines=lines)
+    rollouts: list[Rollout] = []
+    invalid: list[str] = []
+    tasks = RunTasks(path.parent / rundir.TASKS)  # compact records reference their task's input
+    for lineno, r in zip(lines, records, strict=True):
+        try:
+            rollouts.append(Rollout.model_validate(expand_record(r, tasks)))
+        except CompactError as exc:
+            invalid.append(f"{path}:{lineno}: cannot be expanded ({exc}); line skipped")
+        except ValueError as exc:
+            errors = getattr(exc, "errors", None)
+            first = errors()[0] if callable(errors) and errors() else None
+            why = f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else str(exc)[:200]
+            invalid.append(f"{path}:{lineno}: not a Rollout ({why}); line skipped")
+    return records, rollouts, problems, invalid
+
+
 def parse_records(records: list[dict[str, Any]]) -> list[Rollout | dict[str, Any]]:
     """Journal dicts → Rollouts, once; an invalid one stays a dict so compute_metrics can report it."""
     out: list[Rollout | dict[str, Any]] = []
@@ -214,9 +271,14 @@ def env_metrics(rollouts: list[Rollout | dict[str, Any]]) -> dict[str, Any]:
 
 def write_metrics(run_dir: Path, tasks: list[Task], repeats: int,
                   prices: dict[str, float] | None = None) -> dict[str, Any]:
-    records, problems = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
-    parsed = parse_records(records)
+    """Metrics from the journal, written to metrics.json. Every journal line that could not be read is
+    counted in ``journal_unreadable`` and described (with its line) in ``journal_problems`` (not JSON)
+    or ``invalid_records`` (JSON, not a Rollout)."""
+    records, rollouts, problems, invalid = read_rollouts(run_dir / rundir.JOURNAL)
+    parsed: list[Rollout | dict[str, Any]] = list(rollouts)
     metrics = compute_metrics(parsed, expected_counts(tasks, repeats))
+    metrics["invalid_records"] = invalid
+    metrics["journal_unreadable"] = len(problems) + len(invalid)
     metrics["model_usage"] = model_usage(records, prices)
     with_tokens = [r for r in parsed if isinstance(r, Rollout)
                    and any(c.generation_token_ids for c in r.trajectory.model_calls)]
@@ -229,36 +291,54 @@ def write_metrics(run_dir: Path, tasks: list[Task], repeats: int,
         metrics["env_metrics"] = hooks
     if problems:
         metrics["journal_problems"] = problems
-    rundir.write_json_atomic(run_dir / rundir.METRICS, metrics)
+    with rundir.guard_fs("write metrics to", run_dir / rundir.METRICS):
+        rundir.write_json_atomic(run_dir / rundir.METRICS, metrics)
     return metrics
 
 
 async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | None = None,
                    on_rollout: ProgressFn | None = None) -> RunResult:
-    """Start or resume the run in ``cfg.out``; return its metrics."""
+    """Start or resume the run in ``cfg.out``; return its metrics and the verdict on it.
+
+    Everything that can be known before the first rollout is checked first, so a run that cannot
+    succeed costs nothing: every row against its environment (all bad rows in one error), the run's size
+    against ``max_rollouts``, and that the run directory can be written. A run that went ahead but did
+    not reach ``min_coverage`` is not an exception: ``RunResult.status`` says so, and why."""
     t0 = time.perf_counter()
+    if cfg.repeats > cfg.max_rollouts:  # before reading a single row: the answer cannot change
+        check_size(None, cfg.repeats, cfg.max_rollouts)
     run_dir = Path(cfg.out) if cfg.out else rundir.default_out(cfg.env)
     skipped: list[str] = []
     if (run_dir / rundir.TASKS).is_file() and (run_dir / rundir.RUN_JSON).is_file():
-        tasks = read_tasks(run_dir / rundir.TASKS)  # resume: the snapshot is the truth
-        for name, meta in rundir.read_manifest(run_dir).get("envs", {}).items():
+        with rundir.guard_fs("read the run in", run_dir):
+            tasks = read_tasks(run_dir / rundir.TASKS)  # resume: the snapshot is the truth
+            manifest_envs = rundir.read_manifest(run_dir).get("envs", {})
+        for name, meta in manifest_envs.items():
             register_alias(name, meta.get("spec", name))
+        check_size(len(tasks), cfg.repeats, cfg.max_rollouts)
     else:
         tasks, skipped = select_tasks(cfg)
         if not tasks:
-            raise InvalidTask("no tasks to run", hint="check --input/--env and --limit")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_tasks(run_dir / rundir.TASKS, tasks)
+            raise InvalidTask("no tasks to run" + (f" ({len(skipped)} invalid row(s) skipped)" if skipped else ""),
+                              hint="check --input/--env and --limit")
+        check_size(len(tasks), cfg.repeats, cfg.max_rollouts)
         envs = {}
         for name in sorted({t.env for t in tasks}):
             cls = load_env_class(name)
             envs[name] = {"spec": spec_for(name), "version": cls.version, "verifier_hash": cls.verifier_hash()}
-        rundir.write_json_atomic(run_dir / rundir.RUN_JSON, rundir.run_manifest(
-            uuid.uuid4().hex, cfg.model_dump(mode="json"), envs, len(tasks), cfg.repeats))
+            # Grading that cannot work (no judge configured) refuses the run here, before anything is written;
+            # what the environment reports (which judge grades) is recorded in run.json.
+            envs[name].update(cls().preflight([t for t in tasks if t.env == name]))
+        with rundir.guard_fs("create the run directory", run_dir):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            write_tasks(run_dir / rundir.TASKS, tasks)
+            rundir.write_json_atomic(run_dir / rundir.RUN_JSON, rundir.run_manifest(
+                uuid.uuid4().hex, cfg.model_dump(mode="json"), envs, len(tasks), cfg.repeats))
     # Sandboxes and child servers label what they create with the run, so a reaper can tell runs apart.
     os.environ.setdefault("PALAESTRA_RUN_ID", str(rundir.read_manifest(run_dir).get("run_id", "")))
     records, _ = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
     pending, already = plan(tasks, cfg.repeats, records, cfg.max_attempts)
+    del records
     if on_start:
         on_start(len(tasks) * cfg.repeats, already)
     if pending:
@@ -275,4 +355,6 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
         write_report(run_dir)
     except Exception as exc:  # the run's data is safe in the journal; a report bug must not fail the run
         log.warning("could not write report.html for %s: %s: %s", run_dir, type(exc).__name__, exc)
-    return RunResult(run_dir, metrics, len(pending), skipped, already, time.perf_counter() - t0)
+    unreadable = list(metrics.get("journal_problems") or []) + list(metrics.get("invalid_records") or [])
+    return RunResult(run_dir, metrics, len(pending), skipped, already, time.perf_counter() - t0,
+                     status=run_status(metrics, cfg.min_coverage), journal_problems=unreadable)

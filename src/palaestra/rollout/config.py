@@ -50,6 +50,10 @@ class RunConfig(BaseModel):
                            "inprocess (in-process ASGI app) | local (a process on 127.0.0.1) | ray (Ray actor "
                            "replicas; needs --cluster).")
     skip_invalid: bool = Field(False, description="Skip malformed task rows (listing them) instead of refusing.")
+    min_coverage: float = Field(1.0, ge=0.0, le=1.0, description="Exit 3 (incomplete) when fewer than this share "
+                                "of (task, repeat) slots were scored; a run with none scored exits 4 (failed).")
+    max_rollouts: int = Field(10_000_000, ge=1, description="Refuse a run of more rollouts (tasks × repeats) than "
+                              "this, before anything is allocated.")
     max_steps: int = Field(16, ge=1, description="Agent step limit.")
     models: dict[str, str] = Field(default_factory=dict, description="Named model specs (run file): rows, entries "
                                                                     "and routers may name them.")

@@ -1,19 +1,23 @@
 """``palaestra env check``: the conformance suite every environment must pass, wherever it runs.
 
 It proves the verifier can award full reward (the oracle plays each task's reference), that doing
-nothing earns none, that malformed tool calls get errors, that verify is deterministic and that
-sessions are freed."""
+nothing earns none, that malformed tool calls get errors, that grading failures come back typed (the
+grading contract, core/grading.py), that verify is deterministic and that sessions are freed."""
 
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from palaestra.agents.tool_agent import ToolAgent
 from palaestra.client.env_client import EnvClient
-from palaestra.core.errors import PalaestraError
-from palaestra.core.records import Rollout, Task
+from palaestra.core.environment import Environment
+from palaestra.core.errors import InfraError, PalaestraError, UnknownSession
+from palaestra.core.grading import GradingProbe
+from palaestra.core.records import Rollout, Task, Trajectory
 from palaestra.models.scripted import ScriptedBackend
 from palaestra.placement import mount_env
 from palaestra.rollout.runner import run_rollout
@@ -100,12 +104,48 @@ async def _malformed_calls(env: EnvClient, task: Task, tools: list[dict[str, Any
     return problems
 
 
-async def check_env(spec: str, placement: str = "inprocess", limit: int | None = None) -> CheckReport:
+async def _grading_failures(env: EnvClient, probes: list[GradingProbe]) -> tuple[list[str], list[str]]:
+    """(problems, what answered right). Grading that cannot run must raise a typed failure, never answer a
+    Verdict: a verify of an unknown session, and each probe the environment offers (e.g. a test-runner
+    environment's task whose runner is missing) must come back failed(kind) of the kind it names."""
+    problems: list[str] = []
+    fine: list[str] = []
+    try:
+        verdict = await env.verify("no-such-session", Trajectory())
+        problems.append(f"verify of an unknown session answered a verdict (reward {verdict.reward:g})")
+    except (InfraError, UnknownSession) as exc:
+        fine.append(f"unknown session: {exc.kind}")
+    except PalaestraError as exc:
+        problems.append(f"verify of an unknown session raised an untyped '{exc.kind}': {exc}"[:300])
+    for probe in probes:
+        session = await env.open(probe.task)
+        try:
+            for name, arguments in probe.calls:
+                await env.call_tool(session.session_id, name, arguments)
+            verdict = await env.verify(session.session_id, Trajectory())
+            problems.append(f"{probe.name}: answered a verdict (reward {verdict.reward:g}), not failed({probe.kind})")
+        except InfraError as exc:
+            if exc.failure == probe.kind:
+                fine.append(f"{probe.name}: failed({exc.failure})")
+            else:
+                problems.append(f"{probe.name}: failed({exc.failure}), not failed({probe.kind}): {exc}"[:300])
+        except PalaestraError as exc:
+            problems.append(f"{probe.name}: untyped '{exc.kind}', not failed({probe.kind}): {exc}"[:300])
+        finally:
+            await env.close(session.session_id)
+    return problems, fine
+
+
+async def check_env(spec: str, placement: str = "inprocess", limit: int | None = None,
+                    tasks: list[Task] | None = None) -> CheckReport:
+    """``tasks`` (e.g. from ``env check --input``) replace the bundled ones, so a new environment can be
+    checked before it has a ``data/`` folder."""
+    given = tasks is not None
     mounted = await mount_env(spec, placement)
     env = mounted.client
     try:
         info = await env.info()
-        tasks = mounted.env_class().examples()
+        tasks = list(tasks) if tasks is not None else mounted.env_class().examples()
         if limit:
             tasks = tasks[:limit]
         report = CheckReport(mounted.name, placement, len(tasks))
@@ -114,7 +154,12 @@ async def check_env(spec: str, placement: str = "inprocess", limit: int | None =
                       or t["function"].get("parameters", {}).get("type") != "object"]
         report.add("info and tool schemas", not bad_schema and bool(info.get("name")),
                    f"{len(tools)} tools" if not bad_schema else f"bad schemas: {bad_schema[:2]}")
-        report.add("bundled tasks", len(tasks) > 0, f"{len(tasks)} tasks")
+        if given:
+            report.add("tasks", len(tasks) > 0, f"{len(tasks)} tasks given" if tasks else "the task file has no rows")
+        else:  # a new environment has none yet: say where they go rather than a bare "0 tasks"
+            report.add("bundled tasks", len(tasks) > 0, f"{len(tasks)} tasks" if tasks else
+                       "0 tasks: put example rows in data/*.jsonl next to the module, or pass a task file "
+                       "with --input tasks.jsonl")
         if not tasks:
             return report
 
@@ -130,6 +175,13 @@ async def check_env(spec: str, placement: str = "inprocess", limit: int | None =
 
         problems = await _malformed_calls(env, tasks[0], tools)
         report.add("malformed tool calls get errors", not problems, "; ".join(problems) or "all answered with errors")
+
+        instance = spec if isinstance(spec, Environment) else mounted.env_class()
+        make_probes = getattr(instance, "grading_probes", None)
+        with tempfile.TemporaryDirectory(prefix="palaestra-probes-") as probe_dir:
+            probes = list(make_probes(tasks[0], Path(probe_dir))) if make_probes is not None else []
+            problems, fine = await _grading_failures(env, probes)
+        report.add("grading failures come back typed", not problems, "; ".join(problems) or "; ".join(fine))
 
         mismatched = []
         for r in oracle[: min(5, len(oracle))]:

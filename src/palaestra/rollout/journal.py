@@ -118,9 +118,11 @@ def repair(path: str | os.PathLike[str]) -> list[str]:
         os.close(fd)
 
 
-def read_journal(path: str | os.PathLike[str], *,
-                 missing_ok: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
-    """All whole records, plus a description of every line that was dropped and why.
+def read_journal(path: str | os.PathLike[str], *, missing_ok: bool = False,
+                 lines: list[int] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """All whole records, plus a description of every line that was dropped and why. When ``lines`` is
+    given, the line number of each record is appended to it (so a caller can name the line of a record
+    it rejects later, e.g. one that is JSON but not a Rollout).
 
     A torn or invalid *last* line is what a crash leaves behind and is dropped as unacknowledged; an
     invalid line elsewhere means the file was damaged or edited, and is skipped with its line number.
@@ -147,6 +149,8 @@ def read_journal(path: str | os.PathLike[str], *,
                     continue
                 if isinstance(obj, dict):
                     records.append(obj)
+                    if lines is not None:
+                        lines.append(lineno)
                 else:
                     problems.append(f"{p}:{lineno}: not a JSON object ({type(obj).__name__}); line skipped")
     if bad is not None:

@@ -15,10 +15,11 @@ import orjson
 
 from palaestra.core.errors import InfraError, PalaestraError
 from palaestra.core.records import Outcome, Rollout, Task
-from palaestra.metrics.summary import compute_metrics
+from palaestra.metrics.summary import RunStatus, compute_metrics, run_status
 from palaestra.placement import mount_env
 from palaestra.rollout import rundir
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.compact import compact_rollout
+from palaestra.rollout.journal import encode_record
 from palaestra.rollout.tasks import read_tasks
 
 REVERIFIED = "rollouts.reverified.jsonl"
@@ -33,18 +34,26 @@ class ReverifyResult:
     failed: int = 0
     changed: list[dict[str, Any]] = field(default_factory=list)
     diff_path: Path = Path()
+    journal_problems: list[str] = field(default_factory=list)  # lines of the journal that could not be read
+    status: RunStatus | None = None  # coverage after re-scoring, judged as ``eval run`` judges a run
+
+    @property
+    def exit_code(self) -> int:
+        return self.status.exit_code if self.status is not None else 0
 
 
-async def reverify_run(run_dir: Path, *, placement: str = "inprocess", concurrency: int = 32) -> ReverifyResult:
+async def reverify_run(run_dir: Path, *, placement: str = "inprocess", concurrency: int = 32,
+                       min_coverage: float = 1.0) -> ReverifyResult:
     if not (run_dir / rundir.TASKS).is_file():
         raise PalaestraError(f"{run_dir} is not a run directory (no {rundir.TASKS})", kind="config",
                              hint="give the --out directory of a run")
     tasks = {t.id: t for t in read_tasks(run_dir / rundir.TASKS)}
-    records, _ = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
-    rollouts = [Rollout.model_validate(r) for r in records]
+    from palaestra.rollout.collector import read_rollouts  # late: the collector imports the whole runtime
+
+    _, rollouts, problems, invalid = read_rollouts(run_dir / rundir.JOURNAL)
     envs = {name: await mount_env(name, placement) for name in sorted({r.env for r in rollouts})}
     sem = asyncio.Semaphore(concurrency)
-    result = ReverifyResult(metrics={})
+    result = ReverifyResult(metrics={}, journal_problems=problems + invalid)
 
     async def one(r: Rollout) -> Rollout:
         recheck = r.outcome.status == "scored" or r.outcome.kind == "verifier"
@@ -77,14 +86,22 @@ async def reverify_run(run_dir: Path, *, placement: str = "inprocess", concurren
     finally:
         for m in envs.values():
             await m.stop()
-    with (run_dir / REVERIFIED).open("wb") as fh:
-        for r in rescored:
-            fh.write(orjson.dumps(r.model_dump(mode="json")) + b"\n")
     result.diff_path = run_dir / DIFF
-    with result.diff_path.open("wb") as fh:
-        for change in result.changed:
-            fh.write(orjson.dumps(change) + b"\n")
+    with rundir.guard_fs("write the re-verified records into", run_dir):
+        with (run_dir / REVERIFIED).open("wb") as fh:
+            for r in rescored:
+                # compact like the journal (rollout/compact.py): the task is referenced, not copied
+                fh.write(encode_record(compact_rollout(r, tasks.get(r.task_id))))
+        with result.diff_path.open("wb") as fh:
+            for change in result.changed:
+                fh.write(orjson.dumps(change) + b"\n")
     repeats = int(rundir.read_manifest(run_dir).get("repeats", 1))
     result.metrics = compute_metrics(rescored, {(t.env, t.id): repeats for t in tasks.values()})
-    rundir.write_json_atomic(run_dir / METRICS, result.metrics)
+    result.metrics["invalid_records"] = invalid
+    result.metrics["journal_unreadable"] = len(problems) + len(invalid)
+    if problems:
+        result.metrics["journal_problems"] = problems
+    with rundir.guard_fs("write metrics to", run_dir / METRICS):
+        rundir.write_json_atomic(run_dir / METRICS, result.metrics)
+    result.status = run_status(result.metrics, min_coverage)
     return result

@@ -97,8 +97,9 @@ async def run_rollout(
         outcome = Outcome.failed(kind, f"{exc.kind}: {exc}")
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # a harness bug is the agent's failure, not a zero
-        outcome = Outcome.failed("agent" if phase == "agent" else "environment", f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # a harness bug is the agent's failure, an unreadable verdict the verifier's: not a zero
+        kind = {"agent": "agent", "verify": "verifier"}.get(phase, "environment")
+        outcome = Outcome.failed(kind, f"{type(exc).__name__}: {exc}")
     finally:
         if session_id is not None:
             t0 = time.perf_counter()

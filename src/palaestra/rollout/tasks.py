@@ -5,6 +5,7 @@ A malformed row is reported with its file, line and field; the run refuses to st
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from palaestra.core.errors import InvalidTask
+from palaestra.core.errors import InvalidTask, PalaestraError
 from palaestra.core.records import Task
 
 # NeMo Gym rows: these keys are structure; every other top-level key is verifier metadata.
@@ -25,15 +26,36 @@ class RowProblem:
     line: int
     field: str
     message: str
+    fix: str | None = None
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: field '{self.field}': {self.message}"
+        text = f"{self.file}:{self.line}: field '{self.field}': {self.message}"
+        return f"{text} (fix: {self.fix})" if self.fix else text
 
 
 @dataclass
 class LoadedTasks:
     tasks: list[Task] = field(default_factory=list)
     problems: list[RowProblem] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # the line (Parquet: row) of each task, in step with tasks
+
+
+_FIELD_IN_MESSAGE = re.compile(r"\b((?:metadata|input|tools|responses_create_params)(?:\.[A-Za-z_][\w-]*)*)")
+
+
+def problem_from_check(file: str, line: int, exc: Exception) -> RowProblem:
+    """A RowProblem from an environment's ``check_task`` refusal. The field is the error's own ``field``
+    when it has one, else the first row field the message names (``metadata.expected_answer``), else
+    the row as a whole; the fix is the error's hint."""
+    if isinstance(exc, PalaestraError):
+        message, hint = exc.message, exc.hint
+    else:  # a check that crashed: still this row's problem, and said as what it is
+        message, hint = f"the environment's check_task raised {type(exc).__name__}: {exc}", None
+    fld = getattr(exc, "field", None)
+    if not isinstance(fld, str) or not fld:
+        found = _FIELD_IN_MESSAGE.search(message)
+        fld = found.group(1) if found else "(row)"
+    return RowProblem(file, line, fld, message, hint)
 
 
 def _content_text(content: Any) -> Any:
@@ -164,6 +186,7 @@ def load_task_file(path: str | Path, default_env: str = "") -> LoadedTasks:
             continue
         seen[task.id] = lineno
         out.tasks.append(task)
+        out.lines.append(lineno)
     return out
 
 

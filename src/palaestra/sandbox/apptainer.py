@@ -43,9 +43,10 @@ class ApptainerSandbox(HostSandbox):
 
     def _command(self, argv: Sequence[str], cwd: str, env: dict[str, str]) -> Command:
         spec = self.spec
-        if not spec.image:
+        image = spec.image or self.provider.image
+        if not image:
             raise SandboxError("the apptainer provider needs an image (a .sif file or a sandbox directory)",
-                               hint="set SandboxSpec.image or a task's metadata.image")
+                               hint="set SandboxSpec.image, a task's metadata.image, or the provider's image")
         cmd = [self.provider.binary, "exec", "--containall", "--cleanenv", "--no-home", "--pid", "--ipc"]
         if spec.network == "none":
             cmd += ["--net", "--network", "none"]
@@ -54,7 +55,7 @@ class ApptainerSandbox(HostSandbox):
             cmd += ["--bind", f"{m.source}:{m.target}:{'rw' if m.writable else 'ro'}"]
         for key, value in env.items():
             cmd += ["--env", f"{key}={value}"]
-        cmd += [spec.image, *argv]
+        cmd += [image, *argv]
         return cmd, [], {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.work_dir}
 
     def check_wrapper(self, cap: Captured | None) -> None:
@@ -70,8 +71,10 @@ class ApptainerProvider(HostProvider):
     name = "apptainer"
     box_class = ApptainerSandbox
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, image: str | None = None, **kwargs: Any) -> None:
+        """``image``: used when a spec names none (a ``.sif`` file or a sandbox directory)."""
         self.binary = apptainer_path() or "apptainer"
+        self.image = image
         super().__init__(*args, **kwargs)
 
     @classmethod

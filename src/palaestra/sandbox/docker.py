@@ -6,8 +6,11 @@ size-limited tmpfs for ``workdir`` and ``/tmp``, memory/pids/CPU limits, as an u
 (``$PALAESTRA_DOCKER_USER``, default ``65534:65534``), labelled with the sandbox id, owner and the
 spec's labels. Each exec is wrapped so that everything it started dies with it (``kill -9 -1`` as the
 sandbox user, which spares the container's pid 1); on timeout the same kill runs from a second exec.
-Files move through ``exec`` (``cat``/``tar``), so the image needs ``sh``, ``cat`` and ``tar``; nothing is
-pulled unless ``$PALAESTRA_DOCKER_PULL`` says so (``missing`` by default for the engine's own rules).
+Files move through ``exec`` (``cat``/``tar``), so the image needs ``sh``, ``cat`` and ``tar``.
+
+Nothing is pulled by default (pull policy ``never``): a grading run must not reach the internet, and an
+image that is not on the machine is a failure that names it and the command that builds it. ``missing``
+or ``always`` (the ``pull`` argument, or ``$PALAESTRA_DOCKER_PULL``) let the engine pull.
 """
 
 from __future__ import annotations
@@ -25,15 +28,25 @@ from palaestra.sandbox.docker_box import DockerSandbox, cli, seed_files
 from palaestra.sandbox.registry import Registry, is_own, new_box_id, owner_alive, owner_fields
 from palaestra.sandbox.types import SandboxError, SandboxSpec
 
+PULL_POLICIES = ("never", "missing", "always")
+
 
 class DockerProvider(SandboxProvider):
     name = "docker"
     binary_env: ClassVar[str] = "PALAESTRA_DOCKER"
     default_binary: ClassVar[str] = "docker"
 
-    def __init__(self, registry: Registry | None = None, *, reap: bool = True) -> None:
+    def __init__(self, registry: Registry | None = None, *, reap: bool = True, image: str | None = None,
+                 pull: str | None = None) -> None:
+        """``image``: used when a spec names none; ``pull``: ``never`` (the default), ``missing`` or
+        ``always``. Left out, each falls back to its ``$PALAESTRA_DOCKER_*`` variable."""
         self.binary = os.environ.get(self.binary_env) or shutil.which(self.default_binary) or self.default_binary
         self.user = os.environ.get("PALAESTRA_DOCKER_USER", "65534:65534")
+        self.image = image
+        self.pull = (pull or os.environ.get("PALAESTRA_DOCKER_PULL") or "never").strip().lower()
+        if self.pull not in PULL_POLICIES:
+            raise SandboxError(f"unknown docker pull policy {self.pull!r}",
+                               hint=f"use one of {', '.join(PULL_POLICIES)}")
         self.registry = registry or Registry()
         if reap:
             self.cleanup()
@@ -45,7 +58,7 @@ class DockerProvider(SandboxProvider):
     async def create(self, spec: SandboxSpec | None = None) -> DockerSandbox:
         self.require()
         spec = spec or SandboxSpec()
-        image = spec.image or os.environ.get("PALAESTRA_DOCKER_IMAGE")
+        image = spec.image or self.image or os.environ.get("PALAESTRA_DOCKER_IMAGE")
         if not image:
             raise SandboxError("the docker provider needs an image",
                                hint="set SandboxSpec.image, a task's metadata.image, or PALAESTRA_DOCKER_IMAGE")
@@ -58,8 +71,7 @@ class DockerProvider(SandboxProvider):
         try:
             cap = await cli(self.binary, *self._run_args(spec, record, image), timeout=120)
             if cap.returncode != 0:
-                raise SandboxError(f"{self.binary} run {image} failed: {decode(cap.stderr).strip()[:500]}",
-                                   hint="is the image present (`docker images`)? nothing is pulled without network")
+                raise await self._run_failure(image, decode(cap.stderr).strip())
             box = DockerSandbox(self, spec, record, decode(cap.stdout).strip())
             if spec.files:
                 await seed_files(box, spec.files)
@@ -80,7 +92,7 @@ class DockerProvider(SandboxProvider):
                 "--tmpfs", f"{spec.workdir}:rw,exec,nosuid,nodev,size={disk},uid={uid},gid={gid or uid},mode=0755",
                 "--workdir", spec.workdir, "--ulimit", f"nofile={spec.open_files}:{spec.open_files}",
                 "--ulimit", "core=0", "--entrypoint", "/bin/sh"]
-        args += ["--pull", os.environ.get("PALAESTRA_DOCKER_PULL", "missing")]
+        args += ["--pull", self.pull]
         for key, value in spec.labels.items():
             args += ["--label", f"palaestra.label.{key}={value}"]
         if spec.network == "none":
@@ -96,6 +108,24 @@ class DockerProvider(SandboxProvider):
         for m in spec.mounts:
             args += ["-v", f"{m.source}:{m.target}:{'rw' if m.writable else 'ro'}"]
         return [*args, image, "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600; done"]
+
+    async def _run_failure(self, image: str, stderr: str) -> SandboxError:
+        """Why ``run`` failed, as a failure that says what to do: a missing image is named, with the
+        command that builds it (nothing is downloaded under the ``never`` policy)."""
+        have = await cli(self.binary, "image", "inspect", "--format", "{{.Id}}", image, timeout=30)
+        if have.returncode != 0 and self.pull == "never":
+            return SandboxError(
+                f"docker image '{image}' is not on this machine, and the pull policy is 'never' (nothing is "
+                f"downloaded): {stderr[:300]}",
+                hint=f"build it first: `{self.binary} build -t {image} DIR` (a Dockerfile in DIR), or "
+                     f"`{self.binary} import ROOTFS.tar {image}`, or `{self.binary} load -i IMAGE.tar`; to let the "
+                     "engine download it instead, use pull policy 'missing'")
+        if have.returncode != 0:
+            return SandboxError(f"docker image '{image}' is not on this machine and could not be pulled: "
+                                f"{stderr[:400]}",
+                                hint=f"build it with `{self.binary} build -t {image} DIR`, or check the registry")
+        return SandboxError(f"{self.binary} run {image} failed: {stderr[:500]}",
+                            hint="check the engine (`docker info`) and that the image has /bin/sh")
 
     def cleanup(self, *, include_live: bool = False) -> int:
         """Remove containers of dead owners: by registry record, and by label for records lost."""

@@ -1,8 +1,9 @@
 """What environments built on sandboxes share: which provider a task runs on, the labels that tie a
 sandbox to its run and task, and which Python a sandboxed command can run.
 
-Provider choice for a task: ``metadata.sandbox`` (a provider name), else ``$PALAESTRA_SANDBOX``, else
-the default (``local`` where bubblewrap works, else ``process``)."""
+Provider choice for a task: ``metadata.sandbox`` (a provider name), else the environment's own
+``sandbox`` argument (a name or a provider instance), else ``$PALAESTRA_SANDBOX``, else the default
+(``local`` where bubblewrap works, else ``process``)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,17 @@ from palaestra.sandbox.base import SandboxProvider
 from palaestra.sandbox.providers import get_provider
 
 
-def provider_for(task: Task | None = None) -> SandboxProvider:
+def provider_for(task: Task | None = None, default: str | SandboxProvider | None = None) -> SandboxProvider:
+    """The task's own ``metadata.sandbox`` first (it knows what it needs), then ``default`` (what the
+    environment was built with: a provider name or an instance), then the machine's default."""
     name = None
     if task is not None:
         name = task.metadata.get("sandbox") or None
-    return get_provider(str(name) if name else None)
+    if name:
+        return get_provider(str(name))
+    if isinstance(default, SandboxProvider):
+        return default
+    return get_provider(default or None)
 
 
 def labels_for(env: str, task: Task, **extra: str) -> dict[str, str]:

@@ -1,9 +1,11 @@
 """Landlock, the unprivileged Linux LSM, for the ``process`` provider (no namespaces there).
 
 The ruleset lets a sandboxed process read and execute only the system directories it needs plus its
-own box, write only its box, make no TCP connection or bind (ABI 4+), and — ABI 6+ — signal no process
-and reach no abstract unix socket outside its own domain. Built with raw syscalls through ctypes: the
-numbers (444-446) are the same on every architecture.
+own box, write only its box and the harmless character devices every ordinary program expects
+(``/dev/null``, ``/dev/zero``, ``/dev/full``: a shell's ``>/dev/null`` or Python's ``os.devnull`` must
+work, or the sandbox cannot run ordinary programs), make no TCP connection or bind (ABI 4+), and — ABI
+6+ — signal no process and reach no abstract unix socket outside its own domain. Built with raw
+syscalls through ctypes: the numbers (444-446) are the same on every architecture.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ NET_BIND_TCP, NET_CONNECT_TCP = 1, 2
 SCOPE_ABSTRACT_UNIX, SCOPE_SIGNAL = 1, 2
 
 READ_ONLY = EXECUTE | READ_FILE | READ_DIR
+# a character device: opened for reading and writing (O_TRUNC included, as ``>`` does), ioctl'ed (isatty)
+DEVICE = READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV
 
 
 @lru_cache(maxsize=1)
@@ -56,7 +60,7 @@ class Ruleset:
     the child by ``apply()``. Unusable paths are skipped, never fatal."""
 
     def __init__(self, *, read: Iterable[str], write: Iterable[str], deny_tcp: bool,
-                 scope: bool = True) -> None:
+                 scope: bool = True, devices: Iterable[str] = ()) -> None:
         self.abi = abi_version()
         self.fds: list[tuple[int, int]] = []
         self.ruleset_fd = -1
@@ -78,6 +82,8 @@ class Ruleset:
             self._add(path, READ_ONLY & mask)
         for path in dict.fromkeys(write):
             self._add(path, mask)
+        for path in dict.fromkeys(devices):
+            self._add(path, DEVICE & mask)
 
     def _add(self, path: str, access: int) -> None:
         try:

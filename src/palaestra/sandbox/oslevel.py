@@ -8,6 +8,7 @@ import ctypes
 import os
 import resource
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -88,6 +89,7 @@ class ChildSetup:
                     raise
         if self.uid is not None:
             gid = self.gid if self.gid is not None else self.uid
+            give_stdio_pipes(self.uid, gid)
             os.setgroups([])
             os.setresgid(gid, gid, gid)
             os.setresuid(self.uid, self.uid, self.uid)
@@ -97,6 +99,18 @@ class ChildSetup:
                 os._exit(137)
         for step in self.extra:
             step()
+
+
+def give_stdio_pipes(uid: int, gid: int) -> None:
+    """Hand the pipes on fds 0-2 to the sandbox uid. A pipe belongs to whoever made it (root, here) with
+    mode 0600, and ``echo >/dev/stderr`` or ``cat /dev/stdin`` *reopen* it through ``/proc/self/fd``,
+    which checks that owner: without this an ordinary shell script fails with "Permission denied".
+    Only pipes: a device or file on those fds (``/dev/null`` for no stdin) is left as it is."""
+    for fd in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            st = os.fstat(fd)
+            if stat.S_ISFIFO(st.st_mode) and st.st_uid != uid:
+                os.fchown(fd, uid, gid)
 
 
 def base_rlimits(*, open_files: int, cpu_time_s: int | None, file_mb: int | None,

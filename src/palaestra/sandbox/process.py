@@ -1,8 +1,9 @@
 """``process``: the fallback where namespaces are unavailable (an unprivileged container, a locked-down
 kernel). Commands run directly, in the box's host directory, with rlimits, the box's cgroups and a
-dedicated uid when root, Landlock (read only system dirs and the box, write only the box, no TCP, no
-signals or abstract sockets outside) and a seccomp filter (no IPv4/IPv6/packet sockets, no namespaces,
-mounts, ptrace...). What that does *not* isolate is said loudly when the provider starts.
+dedicated uid when root, Landlock (read only system dirs and the box, write only the box and
+``/dev/null``, ``/dev/zero``, ``/dev/full``; no TCP, no signals or abstract sockets outside) and a seccomp
+filter (no IPv4/IPv6/packet sockets, no namespaces, mounts, ptrace...). What that does *not* isolate is
+said loudly when the provider starts. ``/proc`` stays unreadable (other processes' command lines).
 
 ``none``: no isolation at all, for trusted code and debugging; explicit opt-in only (``--sandbox none``
 or ``PALAESTRA_SANDBOX=none``). It still enforces timeouts and output caps and kills the process group.
@@ -28,7 +29,10 @@ from palaestra.sandbox.registry import threads_of_uid
 log = logging.getLogger("palaestra.sandbox")
 
 _SYSTEM_READ = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/opt")
-_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+# what ordinary programs open: the sinks read-write (``2>/dev/null``, ``os.devnull``), the entropy
+# sources read-only; without the first, ``sh`` cannot redirect and Python's subprocess.DEVNULL fails
+_DEVICES_RW = ("/dev/null", "/dev/zero", "/dev/full")
+_DEVICES_RO = ("/dev/random", "/dev/urandom")
 _warned: set[str] = set()
 
 
@@ -63,10 +67,11 @@ class ProcessSandbox(HostSandbox):
             ruleset = getattr(self, "_ruleset", None)
             if ruleset is None:
                 prefixes = {sys.base_prefix, sys.prefix}
-                reads = [*_SYSTEM_READ, *sorted(prefixes), *_DEVICES]
+                reads = [*_SYSTEM_READ, *sorted(prefixes), *_DEVICES_RO]
                 reads += [m.source for m in self.spec.mounts if not m.writable]
                 writes = [self.work_dir, self.tmp_dir, *[m.source for m in self.spec.mounts if m.writable]]
-                ruleset = landlock.Ruleset(read=reads, write=writes, deny_tcp=self.spec.network == "none")
+                ruleset = landlock.Ruleset(read=reads, write=writes, devices=_DEVICES_RW,
+                                           deny_tcp=self.spec.network == "none")
                 self._ruleset = ruleset
             steps.append(ruleset.apply)
         if self.provider.use_seccomp:

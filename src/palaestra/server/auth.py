@@ -1,5 +1,6 @@
-"""Who may talk to a Palaestra server. On loopback, anyone on this machine (the default); on any other
-address, only a client holding the server's bearer token — a server refuses to start otherwise."""
+"""The bind rule: a server beyond loopback never starts without a bearer token. The checks each request
+goes through (Host, Origin, token) live in ``palaestra.server.security``; ``BearerAuth`` here is the bare
+token check, kept for apps embedded elsewhere."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import os
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from palaestra.core.errors import ConfigError
+from palaestra.server.security import LOOPBACK
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+__all__ = ["LOOPBACK", "TOKEN_ENV", "BearerAuth", "check_bind", "protect", "token_from_env"]
 TOKEN_ENV = "PALAESTRA_TOKEN"
 
 

@@ -1,22 +1,26 @@
 """Entry point of an environment server process: ``python -m palaestra.server.env_main SPEC``.
 
 The process binds 127.0.0.1 (port 0 by default), prints ``PALAESTRA_READY <port>`` once it accepts
-connections, and exits with its parent's stdin (so a killed runtime never leaves it behind)."""
+connections, and exits with its parent's stdin (so a killed runtime never leaves it behind).
+
+An environment server runs tools for whoever calls it, so it always asks for a bearer token unless told
+``--no-token`` (loopback only). The runtime's own supervisor hands it the token on the first line of
+stdin (``--token-stdin``: never in argv or the environment, where tool processes could read it); started
+by hand, it generates one, prints it once on stderr and writes it to a 0600 token file."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import threading
 
-import uvicorn
-
 from palaestra.core.errors import PalaestraError
 from palaestra.envs.registry import load_env
-from palaestra.server.auth import TOKEN_ENV, check_bind, protect, token_from_env
+from palaestra.server.auth import TOKEN_ENV, check_bind, token_from_env
 from palaestra.server.env_app import create_env_app
+from palaestra.server.security import GuardPolicy, choose_token, default_token_file, write_token_file
+from palaestra.server.serving import run_guarded
 from palaestra.server.sessions import EnvironmentHost
 
 
@@ -39,34 +43,42 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-sessions", type=int, default=10_000)
     p.add_argument("--watch-stdin", action="store_true")
     p.add_argument("--token-env", default=TOKEN_ENV, help="variable holding the bearer token")
+    p.add_argument("--token-stdin", action="store_true", help="read the bearer token from stdin's first line")
+    p.add_argument("--no-token", action="store_true", help="serve without a token (loopback only)")
+    p.add_argument("--token-file", default=None, help="where to write a generated token")
+    p.add_argument("--allowed-host", action="append", default=[], help="another Host name clients use")
     a = p.parse_args(argv)
-    token = token_from_env(a.token_env)
+    announce = not a.token_stdin
     try:
+        if a.token_stdin:
+            token: str | None = sys.stdin.buffer.readline().decode().strip() or None
+            if token is None:
+                raise PalaestraError("--token-stdin: no token on stdin", kind="config")
+        else:
+            given = token_from_env(a.token_env)
+            token = choose_token(a.host, given=given, no_token=a.no_token, default_on=True)
+            announce = given is None and token is not None
         check_bind(a.host, token, token_env=a.token_env)
+        policy = GuardPolicy.for_bind(a.host, token=token, allowed_hosts=a.allowed_host)
         env = load_env(a.spec)
     except PalaestraError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc.message}" + (f"\n  fix: {exc.hint}" if exc.hint else ""), file=sys.stderr)
         sys.exit(2)
-    app = protect(create_env_app(EnvironmentHost(env, ttl_s=a.ttl, max_sessions=a.max_sessions)), token)
-    # uvicorn binds the port itself: handing it a pre-bound socket costs ~40 ms per request here.
-    config = uvicorn.Config(app, host=a.host, port=a.port, log_level="warning", access_log=False, lifespan="on",
-                            backlog=4096)
-    server = uvicorn.Server(config)
+    app = create_env_app(EnvironmentHost(env, ttl_s=a.ttl, max_sessions=a.max_sessions))
     if a.watch_stdin:
         threading.Thread(target=_watch_parent, daemon=True).start()
 
-    async def run() -> None:
-        serve = asyncio.create_task(server.serve())
-        while not server.started and not serve.done():  # uvicorn offers no started event to wait on
-            await asyncio.sleep(0.005)
-        if serve.done():
-            await serve
-            sys.exit(1)
-        port = server.servers[0].sockets[0].getsockname()[1]
+    def ready(port: int) -> None:
+        if announce and token is not None:
+            where = write_token_file(a.token_file or default_token_file("env", port, os.environ.get("XDG_RUNTIME_DIR")),
+                                     token)
+            shown = f"[{a.host}]" if ":" in a.host else a.host
+            print(f"environment '{env.name}' on http://{shown}:{port}\n  token: {token}\n  (saved in {where}, "
+                  "mode 0600; clients send Authorization: Bearer <token>)", file=sys.stderr, flush=True)
         print(f"PALAESTRA_READY {port}", flush=True)
-        await serve
 
-    asyncio.run(run())
+    run_guarded(app, policy, host=a.host, port=a.port, on_ready=ready, lifespan="on", access_log=False,
+                backlog=4096)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ from palaestra.core.errors import (
     SessionLimit,
     UnknownSession,
     UnknownTool,
-    VerifierError,
 )
+from palaestra.core.grading import check_verdict, verifier_exception
 from palaestra.core.records import Task, Trajectory, Verdict
 from palaestra.wire.env import ToolResult
 
@@ -136,20 +136,16 @@ class EnvironmentHost:
             return await self._verify(sess.state, trajectory)
 
     async def _verify(self, state: Any, trajectory: Trajectory) -> Verdict:
+        """The grading contract (core/grading.py) for every environment: a Verdict, or a typed failure. A
+        judge or sandbox failure keeps its kind (failed(judge)); any other exception is failed(verifier)."""
         try:
             verdict = await maybe_await(self.env.verify(state, trajectory))
-        except InfraError:  # a judge or sandbox failure keeps its kind: failed(judge), not failed(verifier)
-            raise
         except Exception as exc:
-            raise VerifierError(
-                f"verifier of '{self.env.name}' raised {type(exc).__name__}: {exc}",
-                hint="this is a bug in the environment's verify(); the rollout is failed(verifier), not 0",
-            ) from exc
-        if isinstance(verdict, dict):
-            verdict = Verdict.model_validate(verdict)
-        if not isinstance(verdict, Verdict):
-            raise VerifierError(f"verify() of '{self.env.name}' returned {type(verdict).__name__}, not a Verdict")
-        return verdict
+            failure = verifier_exception(self.env.name, exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+        return check_verdict(verdict, self.env.name)
 
     async def verify_stateless(self, task: Task, trajectory: Trajectory) -> Verdict:
         """Re-verify a stored trajectory: seed a fresh state, replay its tool calls, verify, close.

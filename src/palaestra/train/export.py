@@ -17,6 +17,7 @@ import orjson
 from palaestra.core.errors import ConfigError
 from palaestra.core.records import Rollout
 from palaestra.rollout import rundir
+from palaestra.rollout.compact import CompactError, RunTasks, expand_record
 from palaestra.rollout.journal import read_journal
 from palaestra.train.advantages import NORMALISATIONS, Normalisation
 from palaestra.train.rows import ExportStats, Row, dpo_rows, rl_rows, sft_rows
@@ -45,10 +46,13 @@ def load_rollouts(run_dir: str | Path) -> tuple[list[Rollout], list[str]]:
         raise ConfigError(f"no journal at {journal}",
                           hint="give a run directory written by `palaestra eval run` (it holds rollouts.jsonl)")
     records, problems = read_journal(journal)
+    tasks = RunTasks(journal.parent / rundir.TASKS)  # compact records reference the task snapshot
     rollouts = []
     for i, record in enumerate(records):
         try:
-            rollouts.append(Rollout.model_validate(record))
+            rollouts.append(Rollout.model_validate(expand_record(record, tasks)))
+        except CompactError as exc:
+            problems.append(f"{journal}: record {i + 1} cannot be expanded: {exc}")
         except ValueError as exc:
             problems.append(f"{journal}: record {i + 1} is not a rollout: {str(exc).splitlines()[0]}")
     return rollouts, problems

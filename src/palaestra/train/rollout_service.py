@@ -8,8 +8,10 @@ import asyncio
 import os
 
 from palaestra.core.errors import ConfigError, PalaestraError
+from palaestra.core.secrets import redact_url
 from palaestra.models.base import ModelBackend
 from palaestra.placement import PLACEMENTS, MountedEnv, mount_env
+from palaestra.server.security import url_host_allowed
 from palaestra.train.continuation import ContinuationBackend
 from palaestra.train.service import Job
 from palaestra.train.service_types import JobSpec, PolicyEndpoint
@@ -28,7 +30,12 @@ def make_policy_backend(policy: PolicyEndpoint) -> ModelBackend:
 
 
 class RolloutService:
-    def __init__(self) -> None:
+    """``policy_hosts``: the hosts (``name`` or ``name:port``) a job's policy endpoint may be on, besides
+    loopback, which is always allowed. Any other address is refused, so whoever can submit a job cannot
+    make the service call arbitrary addresses with its keys (no open relay)."""
+
+    def __init__(self, *, policy_hosts: tuple[str, ...] = ()) -> None:
+        self.policy_hosts = policy_hosts
         self.jobs: dict[str, Job] = {}
         self._envs: dict[tuple[str, str], MountedEnv] = {}
         self._lock = asyncio.Lock()
@@ -43,6 +50,10 @@ class RolloutService:
     async def submit(self, spec: JobSpec, *, backend: ModelBackend | None = None) -> Job:
         """Start a job. ``backend`` (Python API only) replaces the HTTP client of ``spec.policy``, e.g. a
         ``TrainableLocalBackend`` sharing the trainer's weights; it stays the caller's to close."""
+        if backend is None and not url_host_allowed(spec.policy.base_url, self.policy_hosts):
+            raise ConfigError(f"policy endpoint {redact_url(spec.policy.base_url)!r} is not on this service's "
+                              "allow-list", hint="use a loopback endpoint, or start the service with --policy-host "
+                                                 "HOST for that host")
         if spec.placement not in PLACEMENTS:
             raise ConfigError(f"unknown placement {spec.placement!r}", hint=f"use one of {', '.join(PLACEMENTS)}")
         nameless = [t.id for t in spec.tasks if not t.env]

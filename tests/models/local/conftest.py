@@ -16,7 +16,7 @@ import pytest
 @pytest.fixture(scope="session")
 def local_backend() -> Iterator[Any]:
     for module in ("torch", "transformers", "gguf", "llguidance"):
-        pytest.importorskip(module)
+        pytest.importorskip(module, reason=f"local-model: {module} is not installed (the [local] extra)")
     from palaestra.core.errors import ConfigError
     from palaestra.models.local import make_local_backend
     from palaestra.models.local.weights import resolve
@@ -24,7 +24,7 @@ def local_backend() -> Iterator[Any]:
     try:
         resolve(None, pull=True)
     except ConfigError as exc:
-        pytest.skip(f"the default local model's weights are unavailable: {exc}")
+        pytest.skip(f"local-model: the default local model's weights are unavailable: {exc}")
     notes: list[str] = []
     backend = make_local_backend("local", max_batch=16, notify=notes.append)
     backend.start()

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch", reason="local-model: torch is not installed (the [local] extra)")
+transformers = pytest.importorskip("transformers", reason="local-model: transformers is not installed ([local])")
 
 from palaestra.models.local.engine import Engine, Loaded, Params  # noqa: E402
 from palaestra.models.local.sampling import Row, choose  # noqa: E402

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-openai = pytest.importorskip("openai")
+openai = pytest.importorskip("openai", reason="openai: the openai package is not installed (the [dev] extra)")
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -19,7 +19,7 @@ from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 from palaestra.core.tools import tool
 from palaestra.envs.code.harness import HARNESS, extract_code, parse_results
-from palaestra.sandbox import Sandbox, SandboxSpec
+from palaestra.sandbox import ExecResult, Sandbox, SandboxError, SandboxProvider, SandboxSpec
 from palaestra.sandbox.envsupport import labels_for, provider_for, python_for
 
 SYSTEM = (
@@ -45,6 +45,11 @@ class CodeEnv(Environment):
     mechanism = "single-turn"
     system_prompt = SYSTEM
     scoring: ClassVar[str] = os.environ.get("PALAESTRA_CODE_SCORING", "fraction")
+
+    def __init__(self, sandbox: str | SandboxProvider | None = None) -> None:
+        """``sandbox``: the provider (a name or an instance) for tasks that name none in
+        ``metadata.sandbox``; ``None`` keeps the machine's default."""
+        self.sandbox = sandbox
 
     def check_task(self, task: Task) -> None:
         md = task.metadata
@@ -75,7 +80,7 @@ class CodeEnv(Environment):
             code: the whole program; it is saved as main.py and run with python.
             timeout_s: seconds before the program is killed (at most 60).
         """
-        provider = provider_for(state.task)
+        provider = provider_for(state.task, self.sandbox)
         if state.scratch is None:
             state.scratch = await provider.create(self._spec(state.task, {}, "scratch"))
         await state.scratch.upload("main.py", code)
@@ -102,11 +107,14 @@ class CodeEnv(Environment):
         spec_json = {"entry_point": entry, "tests": tests, "setup": md.get("setup", ""),
                      "load_timeout": timeout, "test_timeout": float(md.get("test_timeout_s", timeout))}
         files = {"solution.py": code, "_harness.py": HARNESS, "_tests.json": json.dumps(spec_json)}
-        provider = provider_for(task)
+        provider = provider_for(task, self.sandbox)
+        python = python_for(provider)
         async with await provider.create(self._spec(task, files, "grade")) as box:
-            result = await box.exec([python_for(provider), "-I", "-S", "_harness.py"], stdin=(nonce + "\n").encode(),
+            result = await box.exec([python, "-I", "-S", "_harness.py"], stdin=(nonce + "\n").encode(),
                                     timeout=timeout + 5)
         report = parse_results(result.stdout, nonce, len(tests))
+        if not report.started:
+            raise _harness_failure(provider.name, python, result)
         passed = len(report.passed) == len(tests)
         reward = report.fraction if scoring == "fraction" else float(passed)
         metadata: dict[str, Any] = {"tests": len(tests), "passed_tests": len(report.passed), "scoring": scoring}
@@ -126,3 +134,21 @@ class CodeEnv(Environment):
         if not isinstance(solution, str):
             return None
         return Reference(final_answer=f"```python\n{solution.rstrip()}\n```")
+
+
+def _harness_failure(provider: str, python: str, result: ExecResult) -> SandboxError:
+    """The harness never reached the candidate's code, so nothing about the answer is known: the
+    sandbox could not run an ordinary program (a missing interpreter, a denied ``/dev/null``, too
+    little memory to start Python). A grade of 0 here would blame the answer for the machine."""
+    if result.exit_code in (126, 127) and not result.failure:
+        why = f"the interpreter {python!r} is {'missing' if result.exit_code == 127 else 'not executable'} there"
+    elif result.failure:
+        why = f"the sandbox stopped it ({result.failure}: {result.detail})"
+    else:
+        why = "it crashed before loading the solution"
+    tail = (result.stderr.strip() or result.stdout.strip())[-1500:]
+    return SandboxError(
+        f"the code harness could not run in the '{provider}' sandbox (exit {result.exit_code}): {why}; "
+        f"the answer was not graded. stderr tail: {tail or '(empty)'}",
+        hint=f"check that the '{provider}' sandbox runs ordinary programs: `palaestra env check code`, "
+             "`palaestra sandbox info`")

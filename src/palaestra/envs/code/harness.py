@@ -4,7 +4,11 @@ the hidden tests next to it inside a fresh sandbox.
 The harness reads a per-run nonce from stdin *before* the solution is loaded and tags every result
 line with it, so a solution that prints "PASS" or calls ``os._exit(0)`` earns nothing. It cannot stop a
 solution that deliberately introspects the harness's memory: the sandbox protects the host, the
-nonce only protects the score against naive tricks."""
+nonce only protects the score against naive tricks.
+
+Before the solution is loaded, the harness reports ``started``. Without that line the harness never got
+as far as the candidate's code (the interpreter is missing, the sandbox denies ``/dev/null``, the
+harness crashed): that is the sandbox's failure, never the candidate's, so it is not scored."""
 
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ def _alarm(signum, frame):
 
 signal.signal(signal.SIGALRM, _alarm)
 namespace = {"__name__": "solution"}
+emit("started", -1)  # the harness itself works here: from now on, what goes wrong is the solution's
 try:
     code = open("solution.py").read()
     signal.setitimer(signal.ITIMER_REAL, spec["load_timeout"])
@@ -88,6 +93,7 @@ class TestReport:
     passed: list[int] = field(default_factory=list)
     failures: dict[int, str] = field(default_factory=dict)
     load_error: str | None = None
+    started: bool = False
 
     @property
     def fraction(self) -> float:
@@ -106,7 +112,9 @@ def parse_results(stdout: str, nonce: str, total: int) -> TestReport:
             continue
         if tag != nonce:
             continue
-        if kind == "load_error":
+        if kind == "started":
+            report.started = True
+        elif kind == "load_error":
             report.load_error = str(message)
         elif kind == "pass" and isinstance(index, int) and 0 <= index < total and index not in report.passed:
             report.passed.append(index)

@@ -10,7 +10,7 @@ from typing import Any
 from palaestra.core.environment import Environment
 from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
-from palaestra.envs.json_schema.extract import find_json, is_missing, lookup, same, split_path
+from palaestra.envs.json_schema.extract import extract_json, is_missing, lookup, same, split_path
 
 
 def _validator(schema: dict[str, Any]) -> Any:
@@ -72,7 +72,7 @@ class JSONSchema(Environment):
     def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         self.check_task(state)
         meta = state.metadata
-        value, found_by = find_json(trajectory.final_text())
+        value, found_by, not_found = extract_json(trajectory.final_text())
         expected: dict[str, Any] = meta.get("expected") or {}
         normalize = bool(meta.get("normalize_strings", False))
         components = {"parse": 0.0, "schema": 0.0}
@@ -80,7 +80,7 @@ class JSONSchema(Environment):
             components["values"] = 0.0
         metadata: dict[str, Any] = {}
         if found_by is None:
-            metadata["reason"] = "no_json_found"
+            metadata["reason"] = not_found or "no_json_found"
         else:
             metadata["found_by"] = found_by
             components["parse"] = 1.0

@@ -1,7 +1,10 @@
 """Finding the JSON a model meant as its answer, and reading values out of it by path.
 
-Models wrap JSON in prose or in a fenced block, so extraction tries, in order: the whole reply, the
-last fenced block (```json or ```), then every balanced ``{...}`` in the text, last one first.
+Models wrap JSON in prose or in a fenced block, so extraction takes, in order: the whole reply, else
+the last fenced block holding JSON (```json, or a bare ``` fence opening with ``{`` or ``[``), else the
+last balanced ``{...}`` that looks like a JSON object (``{"`` or ``{}``). That one is the committed
+answer: when it does not parse, the reply's answer is broken JSON (``invalid_json``), and an earlier
+draft or example in the reply is never graded in its place.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from typing import Any
 
 from palaestra.envs.values import typed_equal
 
-_FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
 _MISSING = object()
 
 
@@ -42,26 +44,41 @@ def _balanced_objects(text: str) -> list[str]:
     return spans
 
 
-def find_json(text: str) -> tuple[Any, str | None]:
-    """The answer's JSON value and how it was found, or ``(None, None)`` when there is none."""
+_FENCE_TAGGED = re.compile(r"```[ \t]*(json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
+_OBJECT_START = re.compile(r"\{\s*(?:\"|\})")
+
+
+def extract_json(text: str) -> tuple[Any, str | None, str | None]:
+    """``(value, found_by, reason)``: the committed JSON answer and where it was (``whole``, ``fenced``,
+    ``embedded``), or ``(None, None, reason)`` with reason ``no_json_found`` or ``invalid_json`` (the
+    committed block or object does not parse)."""
     stripped = text.strip()
     if not stripped:
-        return None, None
+        return None, None, "no_json_found"
     try:
-        return json.loads(stripped), "whole"
+        return json.loads(stripped), "whole", None
     except ValueError:
         pass
-    for block in reversed(_FENCE.findall(text)):
+    fenced = [body.strip() for tag, body in _FENCE_TAGGED.findall(text)
+              if tag or body.lstrip().startswith(("{", "["))]
+    if fenced:
         try:
-            return json.loads(block.strip()), "fenced"
+            return json.loads(fenced[-1]), "fenced", None
         except ValueError:
-            continue
-    for span in reversed(_balanced_objects(text)):
+            return None, None, "invalid_json"
+    spans = [span for span in _balanced_objects(text) if _OBJECT_START.match(span)]
+    if spans:
         try:
-            return json.loads(span), "embedded"
+            return json.loads(spans[-1]), "embedded", None
         except ValueError:
-            continue
-    return None, None
+            return None, None, "invalid_json"
+    return None, None, "no_json_found"
+
+
+def find_json(text: str) -> tuple[Any, str | None]:
+    """The answer's JSON value and how it was found, or ``(None, None)`` when there is none."""
+    value, found_by, _ = extract_json(text)
+    return value, found_by
 
 
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")

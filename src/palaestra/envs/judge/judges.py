@@ -1,14 +1,15 @@
-"""What the judge is asked and how its reply is read, plus the offline judge used by default.
+"""What the judge is asked and how its reply is read, plus the offline keyword matcher.
 
 A real judge is any model endpoint: it gets a rubric prompt and must end its reply with ``Score: N``
 (absolute grading, 0-10) or one verdict ``[[A]]`` / ``[[B]]`` / ``[[C]]`` (pairwise; C is a tie).
-The offline ``reference-match`` judge answers the same prompts in the same words, deterministically,
-by checking which key points (or the reference answer) an answer contains, so the environment works
-and can be conformance-checked without any network.
+The offline ``keyword`` matcher answers the same prompts in the same words, deterministically, by
+checking which key points (or the reference answer) an answer contains. It is no LLM judge: it is
+used only when asked for by name (``judge=keyword``), and every verdict it gives says so.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 import unicodedata
@@ -40,17 +41,25 @@ def _points(key_points: list[Any]) -> str:
     return "\n".join(f"- {p if isinstance(p, str) else ' / '.join(map(str, p))}" for p in key_points)
 
 
+ABSOLUTE_TAIL = "Grade the candidate answer. End with 'Score: N'."
+PAIRWISE_TAIL = "Which answer is better? End with [[A]], [[B]] or [[C]]."
+# Which prompts graded a verdict: recorded with every verdict and in run.json, so two runs graded
+# with different prompts are never compared unawares.
+PROMPT_HASH = hashlib.sha256("\0".join((ABSOLUTE_SYSTEM, PAIRWISE_SYSTEM, ABSOLUTE_TAIL, PAIRWISE_TAIL))
+                             .encode()).hexdigest()[:12]
+
+
 def absolute_messages(question: str, answer: str, *, reference: str | None, rubric: str | None,
                       key_points: list[Any]) -> list[dict[str, str]]:
     user = (_section("Question", question) + _section("Reference answer", reference) + _section("Rubric", rubric)
             + _section("Key points the answer should contain", _points(key_points))
-            + _section("Candidate answer", answer) + "Grade the candidate answer. End with 'Score: N'.")
+            + _section("Candidate answer", answer) + ABSOLUTE_TAIL)
     return [{"role": "system", "content": ABSOLUTE_SYSTEM}, {"role": "user", "content": user}]
 
 
 def pairwise_messages(question: str, first: str, second: str, *, rubric: str | None) -> list[dict[str, str]]:
     user = (_section("Question", question) + _section("Rubric", rubric) + _section("Answer A", first)
-            + _section("Answer B", second) + "Which answer is better? End with [[A]], [[B]] or [[C]].")
+            + _section("Answer B", second) + PAIRWISE_TAIL)
     return [{"role": "system", "content": PAIRWISE_SYSTEM}, {"role": "user", "content": user}]
 
 
@@ -101,11 +110,12 @@ def coverage(answer: str, *, key_points: list[Any], reference: str | None) -> fl
     return 1.0 if reference and _contains(answer, reference) else 0.0
 
 
-class ReferenceMatchJudge:
-    """The offline default judge. It reads the grading job from ``ctx.extra["judge"]`` (set by the
-    environment next to the prompt) and answers like an LLM judge would, so the same parsing runs."""
+class KeywordJudge:
+    """The offline keyword matcher, used only when asked for by name. It reads the grading job from
+    ``ctx.extra["judge"]`` (set by the environment next to the prompt) and answers like an LLM judge
+    would, so the same parsing runs."""
 
-    name = "reference-match"
+    name = "keyword"
 
     async def chat(self, request: dict[str, Any], ctx: CallContext | None = None) -> dict[str, Any]:
         job = (ctx.extra if ctx is not None else {}).get("judge")
@@ -119,10 +129,13 @@ class ReferenceMatchJudge:
             frac = coverage(job["answer"], key_points=job.get("key_points") or [], reference=job.get("reference"))
             text = f"The answer covers {frac:.0%} of what the reference requires.\nScore: {round(frac * SCALE)}"
         return {
-            "id": "judge-reference-match", "object": "chat.completion", "created": int(time.time()),
+            "id": "judge-keyword", "object": "chat.completion", "created": int(time.time()),
             "model": self.name,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         }
 
     async def aclose(self) -> None:
         return None
+
+
+ReferenceMatchJudge = KeywordJudge  # the name it had before it had to be asked for

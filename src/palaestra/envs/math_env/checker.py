@@ -4,21 +4,17 @@ math-verify lazily so the server process never loads sympy at all."""
 from __future__ import annotations
 
 import logging
-import re
+import sys
 from typing import Any
 
+from palaestra.envs.math_env.answer import last_boxed
 
-def last_boxed(text: str) -> str | None:
-    """The content of the last non-empty ``\\boxed{...}`` (or ``\\fbox{...}``), braces balanced."""
-    found: str | None = None
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0 and text[m.end() : i - 1].strip():
-            found = text[m.end() : i - 1].strip()
-    return found
+__all__ = ["as_latex", "check_answer", "init_worker", "last_boxed", "warmup"]
+
+# Python refuses int <-> str conversions past 4,300 digits (a guard against quadratic-time parsing).
+# Inputs reaching a worker are bounded by MathEnv(max_symbolic_chars=...), so the worker may convert
+# numbers up to this many digits; plain integers never come here (they are compared as digit strings).
+WORKER_INT_DIGITS = 20_000
 
 
 def as_latex(answer: str) -> str:
@@ -34,6 +30,7 @@ def init_worker() -> None:
     (the pool enforces the deadline; math-verify's SIGALRM timeouts would make verdicts load-dependent)."""
     import math_verify  # noqa: F401
 
+    sys.set_int_max_str_digits(WORKER_INT_DIGITS)
     logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 

@@ -1,9 +1,12 @@
 """``math``: free-form maths problems whose final answer is checked for mathematical equivalence
 with math-verify ("0.5" equals "\\frac{1}{2}", "2^{1/2}" equals "\\sqrt{2}").
 
-The check runs in a worker process under a deadline (see ``pool.py``): an answer that makes sympy
-hang scores 0 with reason ``verify_timeout``; a verifier that breaks raises ``VerifierError``, so the
-rollout is marked failed and retried rather than scored.
+Only the answer the reply commits to is graded (see ``answer.py``); an answer offering alternatives is
+``ambiguous`` (0). Integers are compared as digit strings, so a 50,000-digit answer is exact and cheap;
+everything else runs in a worker process under a deadline (see ``pool.py``). Inputs are bounded
+(``max_answer_chars``, ``max_symbolic_chars``): a model answer past a bound scores 0 with reason
+``answer_too_long``; an expected answer past it, a check that overruns ``verify_timeout`` or a verifier
+that breaks raises ``VerifierError``, so the rollout is failed(verifier) and retried rather than scored.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 from palaestra.core.environment import Environment
 from palaestra.core.errors import InvalidTask, VerifierError
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
-from palaestra.envs.math_env.checker import last_boxed
+from palaestra.envs.math_env.answer import committed_answer, plain_integer
 from palaestra.envs.math_env.pool import CheckTimeout, WorkerPool
 
 _INSTRUCTION = "Solve the problem. Put your final answer in \\boxed{}."
@@ -46,11 +49,19 @@ class MathEnv(Environment):
     mechanism = "single-turn"
     system_prompt = _INSTRUCTION
 
-    def __init__(self, *, verify_timeout: float = 10.0, pool: WorkerPool | None = None) -> None:
-        """``verify_timeout``: seconds one check may take; ``pool``: workers (default: the shared pool)."""
+    def __init__(self, *, verify_timeout: float = 10.0, pool: WorkerPool | None = None,
+                 max_answer_chars: int = 200_000, max_symbolic_chars: int = 10_000) -> None:
+        """``verify_timeout``: seconds one math-verify check may take (past it: failed(verifier));
+        ``pool``: workers (default: the shared pool); ``max_answer_chars``: the longest answer read at
+        all (integers are compared up to this many digits); ``max_symbolic_chars``: the longest answer
+        or expected answer handed to math-verify (sympy's cost grows steeply with size)."""
         if verify_timeout < 0:
             raise ValueError(f"MathEnv(verify_timeout={verify_timeout}): the deadline must be >= 0 seconds")
+        if max_answer_chars < 1 or max_symbolic_chars < 1:
+            raise ValueError("MathEnv: max_answer_chars and max_symbolic_chars must be >= 1")
         self.verify_timeout = verify_timeout
+        self.max_answer_chars = max_answer_chars
+        self.max_symbolic_chars = max_symbolic_chars
         self._pool = pool
 
     @property
@@ -70,31 +81,55 @@ class MathEnv(Environment):
     async def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         self.check_task(state)
         expected = str(state.metadata["expected_answer"]).strip()
-        text = trajectory.final_text()
-        if not text.strip():
-            return _verdict(False, None, reason="empty_response", expected_answer=expected)
-        boxed = last_boxed(text)
-        source = f"\\boxed{{{boxed}}}" if boxed is not None else text
-        extracted_from = "boxed" if boxed is not None else "text"
-        try:
-            result = await self.pool.run("check_answer", expected, source, timeout=self.verify_timeout)
-        except CheckTimeout:
-            return _verdict(
-                False, boxed, reason="verify_timeout", timeout_s=self.verify_timeout, expected_answer=expected
+        if len(expected) > self.max_answer_chars:
+            raise VerifierError(
+                f"math task '{state.id}': expected_answer has {len(expected)} characters, more than "
+                f"max_answer_chars={self.max_answer_chars}",
+                hint="raise MathEnv(max_answer_chars=...) for this data set",
             )
+        found = committed_answer(trajectory.final_text(), alternatives_allowed=" or " in expected)
+        if found.text is None:
+            return _verdict(False, None, reason=found.reason, expected_answer=expected,
+                            **({"extracted_from": found.source} if found.source else {}))
+        answer = found.text
+        meta: dict[str, Any] = {"extracted_from": found.source, "expected_answer": expected}
+        if len(answer) > self.max_answer_chars:
+            return _verdict(False, answer[:200] + "…", reason="answer_too_long", answer_chars=len(answer),
+                            limit=self.max_answer_chars, **meta)
+        gold_int, pred_int = plain_integer(expected), plain_integer(answer)
+        if gold_int is not None and pred_int is not None:  # exact, linear, no digit limit, no worker
+            correct = gold_int == pred_int
+            return _verdict(correct, answer, compared_as="integer", **meta,
+                            **({} if correct else {"reason": "not_equivalent"}))
+        if len(expected) > self.max_symbolic_chars:
+            raise VerifierError(
+                f"math task '{state.id}': expected_answer has {len(expected)} characters, more than "
+                f"max_symbolic_chars={self.max_symbolic_chars} (only plain integers are compared past it)",
+                hint="raise MathEnv(max_symbolic_chars=...) for this data set",
+            )
+        if len(answer) > self.max_symbolic_chars:
+            return _verdict(False, answer[:200] + "…", reason="answer_too_long", answer_chars=len(answer),
+                            limit=self.max_symbolic_chars, **meta)
+        try:
+            result = await self.pool.run("check_answer", expected, f"\\boxed{{{answer}}}",
+                                         timeout=self.verify_timeout)
+        except CheckTimeout:
+            raise VerifierError(
+                f"math task '{state.id}': math-verify did not finish within verify_timeout="
+                f"{self.verify_timeout:g}s on an answer of {len(answer)} characters; its worker was replaced",
+                hint="raise MathEnv(verify_timeout=...) if such answers are expected; the rollout is "
+                     "failed(verifier), not 0",
+            ) from None
         if result["status"] == "bad_gold":
             raise VerifierError(
                 f"math task '{state.id}': math-verify cannot parse expected_answer {expected!r}",
                 hint="write the expected answer as plain LaTeX or a number",
             )
-        answer = boxed if boxed is not None else result["parsed"]
         if result["status"] == "unparsed":
-            return _verdict(False, answer, reason="no_answer_parsed", extracted_from=extracted_from,
-                            expected_answer=expected)
-        meta: dict[str, Any] = {"extracted_from": extracted_from, "expected_answer": expected}
+            return _verdict(False, answer, reason="no_answer_parsed", **meta)
         if not result["correct"]:
             meta["reason"] = "not_equivalent"
-        return _verdict(bool(result["correct"]), answer, **meta)
+        return _verdict(bool(result["correct"]), answer, compared_as="math_verify", **meta)
 
     def reference(self, task: Task) -> Reference:
         expected = str(task.metadata.get("expected_answer", "")).strip()

@@ -119,6 +119,8 @@ class MCQA(Environment):
         metadata: dict[str, Any] = {"grading_mode": mode, "expected_answer": expected}
         if found.letter is None:
             metadata["reason"] = found.reason
+            if found.candidates:  # an ambiguous reply: the options it named, none of them taken
+                metadata["candidates"] = list(found.candidates)
         else:
             metadata["extracted_by"] = found.method
             if not correct:

@@ -5,7 +5,9 @@ task's ``workspace/``. Grading copies only the agent's working directory into a 
 task's ``tests/`` beside it (never where the agent could have written them), and runs
 ``tests/test.sh``: exit 0 is a pass, or the script writes a reward in [0, 1] to
 ``$PALAESTRA_REWARD_FILE``. Whatever the agent changed outside its working directory, or did to the
-tests it could read, is gone. A failing sandbox is ``failed(sandbox)``, never a 0.
+tests it could read, is gone. Whether the test's run is a verdict or a failure (a missing test runner, an
+unwritten reward file, no network, a timeout...) is decided by ``palaestra.core.grading``: a failure is
+``failed(kind)``, never a 0.
 
 Tasks: a row's ``metadata.task_dir`` names a task directory (relative: one bundled under
 ``data/tasks/``; absolute: your own, e.g. converted Harbor tasks). See ``taskdir.py`` for the layout.
@@ -13,18 +15,25 @@ Tasks: a row's ``metadata.task_dir`` names a task directory (relative: one bundl
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from palaestra.core.environment import Environment
-from palaestra.core.errors import InvalidTask, ToolError
+from palaestra.core.errors import FailureKind, InvalidTask, ToolError
+from palaestra.core.grading import (
+    GradingFailure,
+    GradingProbe,
+    RewardFile,
+    TestRun,
+    grade_test_run,
+    require_network,
+)
 from palaestra.core.records import Reference, Task, ToolCall, Trajectory, Verdict
 from palaestra.core.tools import tool
 from palaestra.envs.terminal.taskdir import TaskDir, load_task_dir
-from palaestra.sandbox import ExecResult, Sandbox, SandboxSpec
+from palaestra.sandbox import Sandbox, SandboxProvider, SandboxSpec
 from palaestra.sandbox.envsupport import labels_for, provider_for
 
 SYSTEM = (
@@ -34,6 +43,7 @@ SYSTEM = (
 )
 TESTS_DIR = "/tmp/palaestra-tests"
 REWARD_FILE = "/tmp/palaestra-logs/reward.txt"
+REWARD_FILES = ("reward.txt", "reward.json")  # Harbor's names, looked for in REWARD_FILE's directory
 READ_LIMIT = 100_000
 # bash where the sandbox has it (agents write bash), else POSIX sh
 _SHELL = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; else exec sh -c "$1"; fi'
@@ -59,8 +69,10 @@ class Terminal(Environment):
     system_prompt = SYSTEM
     workdir = "/app"
 
-    def __init__(self) -> None:
+    def __init__(self, sandbox: str | SandboxProvider | None = None) -> None:
+        """``sandbox``: the provider (a name or an instance) for tasks naming none in ``metadata.sandbox``."""
         self._cache: dict[Path, TaskDir] = {}
+        self.sandbox = sandbox
 
     # ---- tasks -------------------------------------------------------------------------------------
     def examples(self) -> list[Task]:
@@ -97,13 +109,16 @@ class Terminal(Environment):
         md = task.metadata
         return SandboxSpec(image=md.get("image"), workdir=str(md.get("workdir") or self.workdir), files=files,
                            memory_mb=int(md.get("memory_mb", 1024)), pids=256, disk_mb=int(md.get("disk_mb", 256)),
-                           labels=labels_for(self.name, task, role=role),
+                           labels=labels_for(self.name, task, role=role), network=_network(task),
                            lifetime_s=td.agent_timeout_s + td.verifier_timeout_s + 600)
 
     # ---- session ----------------------------------------------------------------------------------
     async def seed(self, task: Task) -> TerminalState:
         td = self._taskdir(self._path(task))
-        box = await provider_for(task).create(self._spec(task, td, "agent", {}))
+        # before any sandbox or model call: a task that cannot be graded here is failed(environment) now
+        require_network(td.needs_network, _network(task) == "host", task=task,
+                        why="; ".join(sorted(set(td.needs_network.values()))) + " in task.toml")
+        box = await provider_for(task, self.sandbox).create(self._spec(task, td, "agent", {}))
         try:
             await _copy_in(box, td.workspace, td.modes, ".")
         except BaseException:
@@ -159,23 +174,49 @@ class Terminal(Environment):
         td = state.taskdir
         try:
             workspace = await state.box.download_tar(".", max_bytes=64 << 20, max_files=5000)
-        except ValueError as exc:
+        except ValueError as exc:  # the agent left too much, or something unreadable: its answer, a 0
             return Verdict(reward=0.0, passed=False, metadata={"reason": f"workspace not gradable: {exc}"})
-        provider = provider_for(state.task)
+        harbor = _harbor_style(state.task, td)
+        provider = provider_for(state.task, self.sandbox)
         async with await provider.create(self._spec(state.task, td, "grade", {})) as fresh:
-            await fresh.upload_tar(workspace, ".")
             tests = td.tests
-            if state.task.metadata.get("harbor") is not None:  # imported Harbor task: its fixed paths
+            if harbor:  # a Harbor task: its fixed paths
                 tests = harbor_paths(tests, fresh.resolve(TESTS_DIR), fresh.resolve(REWARD_FILE))
-            await _copy_in(fresh, tests, {k: 0o755 for k in tests}, TESTS_DIR)
+            try:
+                await fresh.upload_tar(workspace, ".")
+                await _copy_in(fresh, tests, {k: 0o755 for k in tests}, TESTS_DIR)
+            except ValueError as exc:  # the workspace was within limits when archived: the sandbox's failure
+                raise GradingFailure("sandbox", "sandbox_setup", f"the grading sandbox could not be set up: "
+                                     f"{exc}") from exc
             script = f"{fresh.resolve(TESTS_DIR)}/test.sh"
             result = await fresh.exec(
                 ["/bin/sh", "-c", _SCRIPT, "sh", script], timeout=td.verifier_timeout_s,
                 env={"TESTS_DIR": fresh.resolve(TESTS_DIR), "PALAESTRA_REWARD_FILE": fresh.resolve(REWARD_FILE)})
-            reward_text = None
-            with contextlib.suppress(ValueError):
-                reward_text = (await fresh.download(REWARD_FILE, max_bytes=1000)).decode(errors="replace")
-        return _verdict(result, reward_text)
+            rewards = [await _reward_file(fresh, name) for name in REWARD_FILES]
+            run = TestRun(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr,
+                          failure=result.failure, detail=result.detail, timeout_s=td.verifier_timeout_s,
+                          reward_files=rewards, agent_paths=(fresh.workdir,))
+        return grade_test_run(run, reward_required=harbor and _writes_reward(td.tests))
+
+    def grading_probes(self, task: Task, workdir: Path) -> list[GradingProbe]:
+        """For ``env check``: copies of ``task`` (same sandbox, image and workdir) whose test script cannot
+        grade — its test runner is missing (exit 127), or it writes a reward that is no number. Each must
+        come back failed(kind), not 0."""
+        td = self._taskdir(self._path(task))
+        shapes: list[tuple[str, FailureKind, str]] = [
+            ("missing test runner", "environment", "#!/bin/sh\npalaestra-no-such-test-runner --run\n"),
+            ("unparsable reward file", "verifier", '#!/bin/sh\necho not-a-number > "$PALAESTRA_REWARD_FILE"\n'),
+        ]
+        probes = []
+        for name, kind, test in shapes:
+            root = workdir / name.replace(" ", "-")
+            (root / "tests").mkdir(parents=True)
+            (root / "instruction.md").write_text(td.instruction, encoding="utf-8")
+            (root / "tests" / "test.sh").write_text(test, encoding="utf-8")
+            metadata = {k: v for k, v in task.metadata.items() if k != "harbor"} | {"task_dir": str(root)}
+            probe = task.model_copy(update={"id": f"{task.id}-probe-{root.name}", "metadata": metadata})
+            probes.append(GradingProbe(name, probe, kind))
+        return probes
 
     def reference(self, task: Task) -> Reference | None:
         ref = self._taskdir(self._path(task)).reference
@@ -201,16 +242,29 @@ async def _copy_in(box: Sandbox, files: dict[str, bytes], modes: dict[str, int],
         await box.upload(f"{under.rstrip('/')}/{rel}", data, mode=modes.get(rel, 0o644))
 
 
-def _verdict(result: ExecResult, reward_text: str | None) -> Verdict:
-    metadata: dict[str, Any] = {"exit_code": result.exit_code, "test_output": (result.stdout + result.stderr)[-2000:]}
-    if result.failure:
-        metadata["sandbox_failure"] = f"{result.failure}: {result.detail}"
-    reward = 1.0 if result.ok else 0.0
-    if reward_text is not None and reward_text.strip():
-        try:
-            reward = min(1.0, max(0.0, float(reward_text.strip().split()[0])))
-            metadata["reward_file"] = reward_text.strip()[:100]
-        except ValueError:
-            metadata["reward_file_unreadable"] = reward_text.strip()[:100]
-    return Verdict(reward=reward, passed=reward >= 1.0 and result.failure is None,
-                   components={"tests": reward}, metadata=metadata)
+def _network(task: Task) -> Literal["none", "host"]:
+    """A row may let its sandboxes reach the network (``metadata.network = "host"``); the default is none."""
+    return "host" if task.metadata.get("network") == "host" else "none"
+
+
+def _harbor_style(task: Task, td: TaskDir) -> bool:
+    """An imported Harbor task, or a Harbor task directory named directly: its tests use Harbor's paths."""
+    return task.metadata.get("harbor") is not None or any(b"/logs/verifier" in data for data in td.tests.values())
+
+
+def _writes_reward(tests: dict[str, bytes]) -> bool:
+    """The tests mean to write a reward file (Harbor's convention): then not writing one is a failure."""
+    return any(b"/logs/verifier" in data or b"reward.txt" in data or b"reward.json" in data
+               for data in tests.values())
+
+
+async def _reward_file(box: Sandbox, name: str) -> RewardFile:
+    """A reward file's state: not written (``text`` None), its text, or why it could not be read."""
+    path = f"{REWARD_FILE.rsplit('/', 1)[0]}/{name}"
+    try:
+        data = await box.download(path, max_bytes=4096)
+    except ValueError as exc:
+        if "No such file" in str(exc):
+            return RewardFile(name)
+        return RewardFile(name, error=str(exc)[:300])
+    return RewardFile(name, text=data.decode(errors="replace"))

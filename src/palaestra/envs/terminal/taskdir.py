@@ -1,7 +1,8 @@
 """Harbor-style task directories, read without executing anything:
 
     <task>/instruction.md        what the agent is asked to do (the prompt)
-    <task>/task.toml             optional: [agent] timeout_sec, [verifier] timeout_sec
+    <task>/task.toml             optional: [agent] timeout_sec, [verifier] timeout_sec, and Harbor's
+                                 network declarations (see ``network_needs``)
     <task>/workspace/...         files the agent starts with (its working directory)
     <task>/environment/...       accepted instead of workspace/ (Dockerfile and the like are skipped)
     <task>/tests/test.sh         the grader: exit 0 = solved (or a reward in $PALAESTRA_REWARD_FILE)
@@ -35,6 +36,34 @@ class TaskDir:
     verifier_timeout_s: float = 120.0
     reference: dict[str, Any] | None = None
     modes: dict[str, int] = field(default_factory=dict)
+    needs_network: dict[str, str] = field(default_factory=dict)  # phase (agent, verifier) -> the declaration
+
+
+_NETWORKED = ("public", "allowlist")
+
+
+def network_needs(meta: dict[str, Any]) -> dict[str, str]:
+    """The phases (``agent``, ``verifier``) whose task.toml declares they need the network, each with the
+    declaration that says so: Harbor's ``[environment] network_mode`` (or the older ``allow_internet =
+    true``) for both, overridden per phase by ``[agent]`` / ``[verifier] network_mode``. Only what is
+    declared counts: a task.toml that says nothing needs nothing."""
+    environment = meta.get("environment") or {}
+    base: str | None = None
+    if environment.get("allow_internet") is True:
+        base = "[environment] allow_internet = true"
+    mode = environment.get("network_mode")
+    if isinstance(mode, str):
+        base = f'[environment] network_mode = "{mode}"' if mode in _NETWORKED else None
+    out: dict[str, str] = {}
+    for phase in ("agent", "verifier"):
+        section = meta.get(phase) or {}
+        declared = section.get("network_mode") if isinstance(section, dict) else None
+        if isinstance(declared, str):
+            if declared in _NETWORKED:
+                out[phase] = f'[{phase}] network_mode = "{declared}"'
+        elif base:
+            out[phase] = base
+    return out
 
 
 def _read_tree(root: Path) -> tuple[dict[str, bytes], dict[str, int]]:
@@ -94,4 +123,5 @@ def load_task_dir(path: Path) -> TaskDir:
         workspace=workspace, tests=tests, modes=modes, reference=reference,
         agent_timeout_s=float((meta.get("agent") or {}).get("timeout_sec", 600.0)),
         verifier_timeout_s=float((meta.get("verifier") or {}).get("timeout_sec", 120.0)),
+        needs_network=network_needs(meta),
     )
