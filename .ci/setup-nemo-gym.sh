@@ -2,6 +2,8 @@
 # NeMo Gym from PyPI, in a virtual environment of its own outside the repository, for two users:
 #   - tests/adapters/test_nemo_gym.py reads our `export nemo-gym` files back with NeMo Gym's own code;
 #   - bench/side_by_side.py runs NeMo Gym beside Palaestra on the same fake model and rows.
+#   - tests/parity/test_nemo_parity.py scores rows with NeMo Gym's own verifiers (mcqa, gpqa_diamond,
+#     math_with_judge) against Palaestra's.
 # Both find the venv through tests/fixtures/nemo_gym.py (the same default location as here).
 #
 #   bash .ci/setup-nemo-gym.sh        # idempotent: a second run only checks the installed version
@@ -27,7 +29,19 @@ installed_version() {  # the nemo-gym version the venv holds, empty when none
   "$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("nemo-gym"))' 2>/dev/null || true
 }
 
+# tests/parity imports NeMo Gym's verifiers in this venv; the math_with_judge one needs its own pin of
+# math-verify (read from the wheel's requirements.txt, so it follows NeMo Gym's pin).
+verifier_deps() {
+  local req pins
+  req="$("$VENV/bin/python" -c 'import resources_servers, pathlib; print(pathlib.Path(resources_servers.__path__[0]) / "math_with_judge" / "requirements.txt")' 2>/dev/null)" \
+    || die "nemo-gym in $VENV has no resources_servers package"
+  pins="$(grep -E '^math-verify' "$req" || echo math-verify)"
+  "$VENV/bin/python" -c 'import math_verify' 2>/dev/null && return 0
+  "$VENV/bin/python" -m pip install -q $pins >/dev/null 2>&1 || die "pip could not install $pins into $VENV"
+}
+
 if [[ "$(installed_version)" == "$VERSION" && -x "$VENV/bin/gym" && -x "$VENV/bin/uv" ]]; then
+  verifier_deps
   echo "setup-nemo-gym: nemo-gym $VERSION already in $VENV"
   exit 0
 fi
@@ -76,5 +90,6 @@ got="$(installed_version)"
 (cd "$(mktemp -d)" && "$VENV/bin/python" -c 'import nemo_gym.reward_profile, nemo_gym.base_resources_server') \
   || die "nemo-gym $VERSION is installed in $VENV but does not import"
 [[ -x "$VENV/bin/gym" ]] || die "nemo-gym $VERSION installed no 'gym' command in $VENV"
+verifier_deps
 echo "setup-nemo-gym: installed nemo-gym $VERSION into $VENV in $((SECONDS - t0)) s ($(du -sh "$VENV" | cut -f1))" \
      "${flags[*]:+(${flags[*]})}"

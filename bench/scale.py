@@ -26,7 +26,7 @@ from typing import Any
 
 from palaestra.cluster.localnode import auth_env, start_head
 from palaestra.envs.registry import load_env
-from palaestra.rollout.collector import run_eval
+from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
 from palaestra.rollout.journal import read_journal
 

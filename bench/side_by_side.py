@@ -79,7 +79,7 @@ def make_rows(n: int, out: Path) -> Path:
     The question text is exactly the prompt Palaestra renders for the bundled task (options and the
     ``\\boxed{}`` instruction included), so the oracle recognises it whichever tool sends it, and
     Palaestra leaves it as it is (the options are already listed)."""
-    from palaestra.envs.mcqa.extract import normalize_options
+    from palaestra.envs.mcqa.reading import normalize_options
     from palaestra.envs.registry import load_env
 
     env = load_env("mcqa")

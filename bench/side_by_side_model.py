@@ -99,11 +99,12 @@ class CountingApp:
 
 def build_app(latency_ms: float = 0.0, envs: tuple[str, ...] = ("mcqa",)) -> CountingApp:
     """The scripted oracle (knowing ``envs``' bundled tasks) behind Palaestra's model app, counted."""
+    from palaestra.envs.oracle import oracle_references
     from palaestra.models.factory import make_backend
     from palaestra.server.model_app import create_model_app
     from palaestra.server.model_proxy import ModelProxy
 
-    backend = make_backend("scripted:oracle", latency_ms=latency_ms, oracle_envs=list(envs))
+    backend = make_backend("scripted:oracle", latency_ms=latency_ms, references=oracle_references(envs))
     return CountingApp(create_model_app(ModelProxy(backend)), ModelStats())
 
 

@@ -15,7 +15,7 @@ import pytest
 from palaestra.adapters.harbor import import_harbor, write_rows
 from palaestra.core.environment import Environment
 from palaestra.core.records import Task, Trajectory, Verdict
-from palaestra.rollout.collector import run_eval
+from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
 from palaestra.rollout.journal import read_journal
 

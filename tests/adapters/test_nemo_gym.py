@@ -142,7 +142,7 @@ def test_export_shape_retries_failures_and_tokens(tmp_path: Path) -> None:
 
 async def test_a_real_run_exports_and_nemo_gym_reads_it(tmp_path: Path) -> None:
     from palaestra.cli.adapt_cmds import export_app
-    from palaestra.rollout.collector import run_eval
+    from palaestra.orchestrator import run_eval
     from palaestra.rollout.config import RunConfig
 
     rows = tmp_path / "tasks.jsonl"

@@ -11,8 +11,8 @@ from palaestra.agents.external import CodexAdapter
 from palaestra.envs.code.env import CodeEnv
 from palaestra.envs.terminal.env import Terminal
 from palaestra.models.scripted import ScriptedBackend
+from palaestra.orchestrator import run_eval
 from palaestra.placement import mount_env
-from palaestra.rollout.collector import run_eval
 from palaestra.rollout.config import RunConfig, RunEntry
 from palaestra.rollout.runner import run_rollout
 from palaestra.server.model_proxy import ModelProxy

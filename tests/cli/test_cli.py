@@ -136,6 +136,7 @@ def test_eval_run_flags_map_one_to_one_to_the_run_config() -> None:
     from palaestra.rollout.config import RunConfig
 
     params = set(inspect.signature(run).parameters)
-    run_file_only = {"entries", "models", "model_prices"}
-    assert set(RunConfig.model_fields) - run_file_only <= params
-    assert params - set(RunConfig.model_fields) == {"config", "resume", "quiet", "show_config"}
+    run_file_only = {"entries", "models", "model_prices", "routes"}  # routes: also from a NeMo Gym config file
+    runtime_set = {"run_id"}  # the run's id, from run.json: no flag, no file field to set
+    assert set(RunConfig.model_fields) - run_file_only - runtime_set <= params
+    assert params - set(RunConfig.model_fields) == {"ctx", "config", "resume", "quiet", "show_config"}

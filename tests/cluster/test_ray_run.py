@@ -15,7 +15,7 @@ import pytest
 
 from palaestra.core.records import Rollout
 from palaestra.envs.registry import load_env
-from palaestra.rollout.collector import run_eval
+from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
 from palaestra.rollout.journal import read_journal
 

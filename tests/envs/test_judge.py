@@ -18,8 +18,8 @@ from palaestra.envs.judge.env import ENV_MODEL, ENV_MODEL_NAME, Judge
 from palaestra.envs.judge.judges import PROMPT_HASH, parse_score, parse_verdict
 from palaestra.models.openai_http import OpenAIBackend
 from palaestra.models.scripted import ScriptedBackend
+from palaestra.orchestrator import run_eval
 from palaestra.placement import mount_env
-from palaestra.rollout.collector import run_eval
 from palaestra.rollout.config import RunConfig
 from palaestra.rollout.runner import run_rollout
 from palaestra.server.loopback import serve_app
@@ -114,11 +114,19 @@ async def test_a_real_judge_server_grades_over_http() -> None:
 
 
 async def test_the_judge_model_comes_from_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The variables are read at the edge (Settings) and handed to the environment, which wins over a row's."""
+    from palaestra.envs.registry import load_env
+    from palaestra.rollout.config import RunConfig, env_options, resolve
+    from palaestra.settings import Settings
+
     with _judge_server("Score: 2") as url:
         monkeypatch.setenv(ENV_MODEL, url)
         monkeypatch.setenv(ENV_MODEL_NAME, "grader-2")
         task = ABSOLUTE.model_copy(update={"metadata": {**ABSOLUTE.metadata, "judge_model": "scripted:null"}})
-        env = Judge()
+        cfg, sources = resolve({}, None, Settings.from_env())
+        assert isinstance(cfg, RunConfig) and sources["judge_model"] == f"env {ENV_MODEL}"
+        env = load_env("judge", env_options(cfg))
+        assert isinstance(env, Judge)
         verdict = await env.verify(task, _answer("Lyon"))
         await env.aclose()
     assert verdict.reward == 0.2 and not verdict.passed
@@ -250,11 +258,9 @@ async def test_run_json_and_metrics_say_which_judge_graded(tmp_path: Path, monke
     assert hook["keyword_graded"] == 3 and list(hook["graded_by"]) == ["keyword (offline matcher, not an LLM)"]
 
     with _judge_server("Correct.\nScore: 9") as url:
-        monkeypatch.setenv(ENV_MODEL, url)
-        monkeypatch.setenv(ENV_MODEL_NAME, "grader-3")
         out = tmp_path / "model"
         cfg = RunConfig(input=_rows(tmp_path / "m.jsonl", None), model="scripted:constant?text=Paris",
-                        out=str(out), placement="direct")
+                        out=str(out), placement="direct", judge_model=url, judge_model_name="grader-3")
         result = await run_eval(cfg)
     judge = json.loads((out / "run.json").read_text())["envs"]["judge"]["judge"]
     assert judge == {"kind": "model", "model": "grader-3", "endpoint": url, "prompt_hash": PROMPT_HASH}

@@ -5,7 +5,8 @@ import pytest
 from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Task, Trajectory
 from palaestra.envs.mcqa.env import MCQA
-from palaestra.envs.mcqa.extract import extract, normalize_options
+from palaestra.envs.mcqa.extract import extract
+from palaestra.envs.mcqa.reading import normalize_options
 
 OPTIONS = normalize_options([{"A": "Oxygen"}, {"B": "Nitrogen"}, {"C": "Carbon dioxide"}, {"D": "Argon"}])
 

@@ -7,7 +7,8 @@ import pytest
 
 from palaestra.core.records import Task, Trajectory
 from palaestra.envs.mcqa.env import MCQA
-from palaestra.envs.mcqa.extract import AMBIGUOUS, extract, find_boxed, normalize_options
+from palaestra.envs.mcqa.extract import extract
+from palaestra.envs.mcqa.reading import AMBIGUOUS, find_boxed, normalize_options
 
 OPTIONS = normalize_options([{"A": "Oxygen"}, {"B": "Nitrogen"}, {"C": "Carbon dioxide"}, {"D": "Argon"}])
 VITAMINS = normalize_options(["Vitamin A", "Vitamin C", "Vitamin D", "Iron"])

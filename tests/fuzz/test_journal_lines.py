@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from palaestra.core.records import Rollout
 from palaestra.metrics.summary import compute_metrics
 from palaestra.metrics.usage import model_usage
-from palaestra.rollout.collector import write_metrics
+from palaestra.orchestrator import write_metrics
 from palaestra.rollout.journal import Journal, read_journal
 
 # ---- journal files ---------------------------------------------------------------------------------

@@ -152,7 +152,7 @@ BUGS = {
         "failed(agent); expected the field ignored (or failed(model))"),
     "route_breaking_name": (
         [_msg({"tool_calls": [_call("a/b")]})],
-        "client/env_client.py HttpEnvClient.call_tool: a tool name with '/' (or '', '.', '..', '%2F') changes "
+        "client/env_client.py HttpTransport.request: a tool name with '/' (or '', '.', '..', '%2F') changes "
         "the URL, the env server answers a plain-text 404/405 -> EnvironmentFailure -> failed(environment) "
         "(and the collector retries it); expected an unknown_tool tool message the model can read"),
     "usage_overflow": (
@@ -165,7 +165,7 @@ BUGS = {
         "kept too. Expected: token counts validated/clamped (0 <= n < 2**63) where the proxy records usage"),
     "control_char_name": (
         [_msg({"tool_calls": [_call("add\n")]})],
-        "client/env_client.py HttpEnvClient.call_tool: a tool name with a control character makes httpx raise "
+        "client/env_client.py HttpTransport.request: a tool name with a control character makes httpx raise "
         "InvalidURL -> failed(agent); expected an unknown_tool tool message"),
 }
 

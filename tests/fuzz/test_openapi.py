@@ -145,7 +145,7 @@ def test_schemathesis_live_session_long(env: str) -> None:
     _session_property(long(2000), env)
 
 
-# "." and "..": URL dot segments that clients normalise away; HttpEnvClient answers them unknown_tool itself.
+# "." and "..": URL dot segments that clients normalise away; the HTTP transport answers them unknown_tool itself.
 HOSTILE_NAMES = ["list_tickets\n", "\nlist_tickets", "list\ntickets", "list_tickets\r\n", "list_tickets\x00",
                  "\t", "\x1b[31m", "\u2028", "a/b", " ", "list_tickets/"]
 

@@ -228,10 +228,10 @@ async def test_route_breaking_tool_name_gets_json_error(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["add?x=1", "add#x"])
 async def test_tool_name_with_query_chars_is_not_another_tool(name: str) -> None:
-    from palaestra.client.env_client import HttpEnvClient
+    from palaestra.client.env_client import EnvClient
 
     m = await _mount(COUNTER)
-    client = HttpEnvClient(name="counter", app=create_env_app(m.host))
+    client = EnvClient.http(name="counter", app=create_env_app(m.host))
     try:
         result = await client.call_tool(m.session_id, name, '{"amount": 1}')
         assert result.error is not None and result.error["kind"] == "unknown_tool", result

@@ -1,4 +1,4 @@
-"""Hostile dialects: the proxy's pure translators (wire/translate.py) and its HTTP face on arbitrary
+"""Hostile dialects: the proxy's pure translators (wire/responses.py, wire/anthropic.py) and its HTTP face on arbitrary
 Responses / Anthropic Messages requests and arbitrary chat-completion responses.
 
 Promise under test: a translator returns a JSON-encodable body without mutating its input, or raises
@@ -32,7 +32,11 @@ from palaestra.core.errors import ModelError
 from palaestra.models.base import CallContext
 from palaestra.server.model_app import create_model_app
 from palaestra.server.model_proxy import ModelProxy
-from palaestra.wire import translate as tr
+from palaestra.wire import anthropic, responses
+from palaestra.wire.translate import TranslationError
+
+_TRANSLATORS = {fn.__name__: fn for fn in (responses.responses_to_chat, anthropic.messages_to_chat,
+                                           responses.chat_to_responses, anthropic.chat_to_messages)}
 
 ROLES = st.sampled_from(["user", "assistant", "system", "developer", "tool"]) | STRINGS
 NAMES = st.sampled_from(["get_weather", "apply_patch", ""]) | STRINGS
@@ -96,7 +100,7 @@ def _check_request(fn: Any, body: Any) -> None:
     before = copy.deepcopy(body)
     try:
         out = fn(body)
-    except tr.TranslationError as exc:
+    except TranslationError as exc:
         assert str(exc).strip()
         return
     finally:
@@ -110,7 +114,7 @@ def _check_response(fn: Any, chat: Any, request: Any) -> None:
     before = copy.deepcopy((chat, request))
     try:
         out = fn(chat, request)
-    except (tr.TranslationError, ModelError) as exc:
+    except (TranslationError, ModelError) as exc:
         assert str(exc).strip()
         return
     finally:
@@ -123,8 +127,8 @@ def _requests_property(cfg: settings) -> None:
     @cfg
     @given(RESPONSES_REQUEST | JSON, MESSAGES_REQUEST | JSON)
     def prop(responses_body: Any, messages_body: Any) -> None:
-        _check_request(tr.responses_to_chat, responses_body)
-        _check_request(tr.messages_to_chat, messages_body)
+        _check_request(responses.responses_to_chat, responses_body)
+        _check_request(anthropic.messages_to_chat, messages_body)
 
     prop()
 
@@ -133,8 +137,8 @@ def _responses_property(cfg: settings) -> None:
     @cfg
     @given(CHAT_RESPONSE, RESPONSES_REQUEST, MESSAGES_REQUEST)
     def prop(chat: Any, responses_request: Any, messages_request: Any) -> None:
-        _check_response(tr.chat_to_responses, chat, responses_request)
-        _check_response(tr.chat_to_messages, chat, messages_request)
+        _check_response(responses.chat_to_responses, chat, responses_request)
+        _check_response(anthropic.chat_to_messages, chat, messages_request)
 
     prop()
 
@@ -162,16 +166,16 @@ def test_response_translators_long() -> None:
 
 def test_well_formed_bodies_translate() -> None:
     """Guards the property's oracle: good requests translate, so the properties above are not vacuous."""
-    chat = tr.responses_to_chat({"input": [{"role": "user", "content": "hi"}], "tools": [
+    chat = responses.responses_to_chat({"input": [{"role": "user", "content": "hi"}], "tools": [
         {"type": "function", "name": "f", "parameters": {"type": "object"}}]})
     assert chat["messages"] == [{"role": "user", "content": "hi"}] and chat["tools"][0]["function"]["name"] == "f"
-    chat = tr.messages_to_chat({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    chat = anthropic.messages_to_chat({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
                                 "tool_choice": {"type": "any"}})
     assert chat["messages"] == [{"role": "user", "content": "hi"}] and chat["tool_choice"] == "required"
     resp = {"choices": [{"message": {"content": "ok", "tool_calls": [
         {"id": "c", "function": {"name": "f", "arguments": '{"a": 1}'}}]}}], "usage": {"prompt_tokens": 2}}
-    assert tr.chat_to_messages(resp)["content"][1]["input"] == {"a": 1}
-    assert [o["type"] for o in tr.chat_to_responses(resp)["output"]] == ["message", "function_call"]
+    assert anthropic.chat_to_messages(resp)["content"][1]["input"] == {"a": 1}
+    assert [o["type"] for o in responses.chat_to_responses(resp)["output"]] == ["message", "function_call"]
 
 
 # ---- inputs that once broke a translator (found by this suite): each is now a TranslationError -------
@@ -209,9 +213,9 @@ BUG_CASES: list[tuple[str, tuple[Any, ...]]] = [
 @pytest.mark.parametrize(("fn", "args"), BUG_CASES, ids=[f"{f}-{i}" for i, (f, _) in enumerate(BUG_CASES)])
 def test_translator_bug(fn: str, args: tuple[Any, ...]) -> None:
     if fn.startswith("chat_to_"):
-        _check_response(getattr(tr, fn), *args)
+        _check_response(_TRANSLATORS[fn], *args)
     else:
-        _check_request(getattr(tr, fn), *args)
+        _check_request(_TRANSLATORS[fn], *args)
 
 
 # ---- the proxy's HTTP face -------------------------------------------------------------------------
@@ -257,7 +261,7 @@ async def test_proxy_answers_json_errors_for_junk_bodies() -> None:
 def test_huge_token_counts_stay_encodable(fn: str, usage: dict[str, Any]) -> None:
     if fn == "chat_to_messages" and "completion_tokens" in usage:
         usage = {"completion_tokens": 1e30}  # chat_to_messages does not add the counts up
-    _check_response(getattr(tr, fn), {"choices": [{"message": {"content": "x"}}], "usage": usage}, {})
+    _check_response(_TRANSLATORS[fn], {"choices": [{"message": {"content": "x"}}], "usage": usage}, {})
 
 
 @pytest.mark.parametrize(("value", "count"), [
@@ -266,16 +270,16 @@ def test_huge_token_counts_stay_encodable(fn: str, usage: dict[str, Any]) -> Non
     ({"n": 1}, 0)])
 def test_token_counts_are_kept_only_when_plausible(value: Any, count: int) -> None:
     resp = {"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": value, "completion_tokens": 3}}
-    usage = tr.chat_to_responses(resp)["usage"]
+    usage = responses.chat_to_responses(resp)["usage"]
     assert (usage["input_tokens"], usage["output_tokens"], usage["total_tokens"]) == (count, 3, count + 3)
     assert type(usage["input_tokens"]) is int
-    assert tr.chat_to_messages(resp)["usage"] == {"input_tokens": count, "output_tokens": 3}
+    assert anthropic.chat_to_messages(resp)["usage"] == {"input_tokens": count, "output_tokens": 3}
 
 
 @pytest.mark.parametrize("usage", ["x", 5, [1, 2], None])
 def test_usage_that_is_not_an_object_is_no_usage(usage: Any) -> None:
     resp = {"choices": [{"message": {"content": "x"}}], "usage": usage}
-    assert tr.chat_to_messages(resp)["usage"] == {"input_tokens": 0, "output_tokens": 0}
+    assert anthropic.chat_to_messages(resp)["usage"] == {"input_tokens": 0, "output_tokens": 0}
 
 
 class HugeUsage(Echo):

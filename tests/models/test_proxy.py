@@ -18,7 +18,7 @@ from palaestra.models.openai_http import OpenAIBackend
 from palaestra.models.scripted import ScriptedBackend
 from palaestra.server.model_app import create_model_app
 from palaestra.server.model_proxy import ModelProxy
-from palaestra.wire import translate
+from palaestra.wire import anthropic, responses, translate
 
 REF = Reference(tool_calls=[ToolCall(name="get_weather", arguments={"city": "Paris"})],
                 final_answer="Sunny, 21C")
@@ -266,7 +266,7 @@ async def test_sse_chat_shape(asgi: tuple[ModelProxy, httpx.AsyncClient]) -> Non
 
 
 def test_translate_edge_cases() -> None:
-    chat = translate.responses_to_chat({
+    chat = responses.responses_to_chat({
         "instructions": "sys", "text": {"format": {"type": "json_schema", "name": "a", "schema": {}}},
         "tools": [{"type": "custom", "name": "apply_patch"}, {"type": "web_search"}],
         "reasoning": {"effort": "low"}, "tool_choice": {"type": "function", "name": "apply_patch"},
@@ -284,23 +284,21 @@ def test_translate_edge_cases() -> None:
             "function": {"name": "apply_patch", "arguments": '{"input": "p"}'}}
     resp = {"id": "x",
             "choices": [{"message": {"content": None, "tool_calls": [call]}, "finish_reason": "length"}]}
-    out = translate.chat_to_responses(resp, {"tools": [{"type": "custom", "name": "apply_patch"}]})
+    out = responses.chat_to_responses(resp, {"tools": [{"type": "custom", "name": "apply_patch"}]})
     assert out["status"] == "incomplete" and out["output"][0]["type"] == "custom_tool_call"
     assert out["output"][0]["input"] == "p"
     with pytest.raises(translate.TranslationError, match=r"input\[0\]"):
-        translate.responses_to_chat({"input": [3]})
+        responses.responses_to_chat({"input": [3]})
     stopped = {"choices": [{"message": {"content": "ab"}, "finish_reason": "stop", "stop_reason": "END"}]}
-    msg = translate.chat_to_messages(stopped, {"stop_sequences": ["END"]})
+    msg = anthropic.chat_to_messages(stopped, {"stop_sequences": ["END"]})
     assert msg["stop_reason"] == "stop_sequence" and msg["stop_sequence"] == "END"
     broken = {"id": "t", "function": {"name": "f", "arguments": "{"}}
     bad_args = {"choices": [{"message": {"tool_calls": [broken]}}]}
-    assert translate.chat_to_messages(bad_args)["content"][0]["input"] == {"_unparsed_arguments": "{"}
+    assert anthropic.chat_to_messages(bad_args)["content"][0]["input"] == {"_unparsed_arguments": "{"}
 
 
 def test_anthropic_system_turns_inside_messages_become_system_messages() -> None:
-    from palaestra.wire import translate
-
-    chat = translate.messages_to_chat({"model": "c", "max_tokens": 10, "system": "top",
+    chat = anthropic.messages_to_chat({"model": "c", "max_tokens": 10, "system": "top",
                                        "messages": [{"role": "user", "content": "hi"},
                                                     {"role": "system", "content": "reminder"},
                                                     {"role": "user", "content": "again"}]})

@@ -104,7 +104,7 @@ def mixed_run(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real run: `eval run` on the bundled mcqa tasks with a scripted policy that fails 20% of calls."""
-    from palaestra.rollout.collector import run_eval
+    from palaestra.orchestrator import run_eval
     from palaestra.rollout.config import RunConfig
 
     out = tmp_path_factory.mktemp("real") / "run"

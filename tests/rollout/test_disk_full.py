@@ -33,7 +33,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def test_disk_full_stops_cleanly_and_resumes(small_disk: Path) -> None:
     out = small_disk / "run"
-    cmd = CLI + ["eval", "run", "--env", "workplace", "--model", "scripted:oracle", "-k", "8", "-c", "4",
+    # -c 1: each journal append is one record, so the disk fills between records whatever the load (with more
+    # in flight, a slow machine can batch every record into one group commit that does not fit at all).
+    cmd = CLI + ["eval", "run", "--env", "workplace", "--model", "scripted:oracle", "-k", "8", "-c", "1",
                  "--out", str(out), "-q"]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert first.returncode == 2, first.stdout + first.stderr

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from palaestra.core.errors import InvalidTask
-from palaestra.rollout.collector import run_eval
+from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
 from palaestra.rollout.journal import read_journal
 

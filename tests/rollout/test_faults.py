@@ -8,7 +8,8 @@ import os
 import signal
 from pathlib import Path
 
-from palaestra.rollout.collector import Collector, plan, write_metrics
+from palaestra.orchestrator import write_metrics
+from palaestra.rollout.collector import Collector, plan
 from palaestra.rollout.config import RunConfig
 from palaestra.rollout.journal import read_journal
 from palaestra.rollout.selection import select_tasks

@@ -16,7 +16,7 @@ import pytest
 
 from palaestra.core.errors import ConfigError, InvalidTask
 from palaestra.metrics.summary import run_status
-from palaestra.rollout.collector import run_eval
+from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
 from palaestra.rollout.journal import read_journal
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from palaestra.rollout.collector import run_eval
+from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig, resolve
 from palaestra.rollout.reverify import reverify_run
 from palaestra.rollout.tasks import load_task_file

@@ -12,7 +12,7 @@ from palaestra.core.records import Task
 from palaestra.models.base import CallContext
 from palaestra.models.router import RouterBackend, parse_route
 from palaestra.models.scripted import ScriptedBackend
-from palaestra.rollout.collector import run_eval
+from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
 
 MODELS = {"cheap": "scripted:oracle?accuracy=0.4&seed=1", "strong": "scripted:oracle"}

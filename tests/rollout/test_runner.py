@@ -7,11 +7,11 @@ from typing import Any
 import httpx
 import pytest
 
-from palaestra.agents.server import create_agent_app
 from palaestra.agents.tool_agent import ToolAgent
 from palaestra.core.records import Task, Trajectory, Verdict
 from palaestra.models.scripted import ScriptedBackend
 from palaestra.placement import mount_env
+from palaestra.rollout.agent_server import create_agent_app
 from palaestra.rollout.runner import run_rollout
 from palaestra.server.model_proxy import ModelProxy
 

@@ -178,10 +178,14 @@ async def test_landlock_confines_the_process_provider(tmp_path: object) -> None:
 
 
 def test_provider_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    from palaestra.settings import Settings
+
+    # the variable is read at the edge (Settings) and handed down; the sandbox package reads none
     monkeypatch.setenv("PALAESTRA_SANDBOX", "process")
-    assert default_provider_name() == "process"
-    monkeypatch.delenv("PALAESTRA_SANDBOX")
+    assert default_provider_name(Settings.from_env().sandbox) == "process"
     assert default_provider_name() == "local", "bubblewrap must work here: run .ci/setup-sandbox.sh"
+    monkeypatch.delenv("PALAESTRA_SANDBOX")
+    assert default_provider_name(Settings.from_env().sandbox) == "local"
     with pytest.raises(SandboxError, match="unknown sandbox provider"):
         get_provider("nope")
 

@@ -10,7 +10,7 @@ import sys
 
 import httpx
 
-from palaestra.client.env_client import HttpEnvClient
+from palaestra.client.env_client import EnvClient
 from palaestra.core.errors import PalaestraError
 from palaestra.core.records import Task
 
@@ -60,8 +60,8 @@ async def test_token_protected_env_server() -> None:
             r = await raw.get(base + "/info")
             assert r.status_code == 401 and r.json()["error"]["kind"] == "unauthorized"
             assert (await raw.get(base + "/info", headers={"authorization": "Bearer wrong"})).status_code == 401
-        good = HttpEnvClient(base, name="mcqa", token=TOKEN)
-        bad = HttpEnvClient(base, name="mcqa")
+        good = EnvClient.http(base, name="mcqa", token=TOKEN)
+        bad = EnvClient.http(base, name="mcqa")
         try:
             assert (await good.info())["name"] == "mcqa"
             task = Task(id="q", input="Q?", metadata={"options": ["x", "y"], "expected_answer": "A"})

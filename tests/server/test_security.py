@@ -27,14 +27,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from palaestra.agents.server import create_agent_app
-from palaestra.client.env_client import HttpEnvClient
+from palaestra.client.env_client import EnvClient
 from palaestra.core.errors import PalaestraError
 from palaestra.core.records import Task
 from palaestra.envs.registry import load_env
 from palaestra.models.openai_http import OpenAIBackend
 from palaestra.models.scripted import ScriptedBackend
 from palaestra.placement import mount_env
+from palaestra.rollout.agent_server import create_agent_app
 from palaestra.server.loopback import serve_app
 from palaestra.server.model_app import create_model_app
 from palaestra.server.model_proxy import ModelProxy
@@ -184,7 +184,7 @@ async def test_env_serve_generates_a_token_and_refuses_strangers(cli_env: dict[s
         async with httpx.AsyncClient(base_url=base) as c:
             assert (await c.get("/healthz", headers={"host": f"localhost:{port}"})).status_code == 200
             assert (await c.get("/info")).status_code == 401
-        client = HttpEnvClient(base, name="mcqa", token=token)  # the normal client, given the token
+        client = EnvClient.http(base, name="mcqa", token=token)  # the normal client, given the token
         try:
             assert (await client.info())["name"] == "mcqa"
             session = await client.open(load_env("mcqa").examples()[0])
@@ -225,7 +225,7 @@ async def test_supervised_env_process_gets_its_token_automatically(counter_spec:
             seen = await asyncio.to_thread(Path(f"/proc/{pid}/{what}").read_bytes)
             assert mounted.token.encode() not in seen, what
         _refusals(mounted.base_url, mounted.token, "/sessions", orjson.dumps({"task": task.model_dump(mode="json")}))
-        stranger = HttpEnvClient(mounted.base_url, name="counter")
+        stranger = EnvClient.http(mounted.base_url, name="counter")
         try:
             with pytest.raises(PalaestraError, match="bearer token"):
                 await stranger.open(task)

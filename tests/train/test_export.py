@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from palaestra.cli import train_cmds
 from palaestra.core.errors import ConfigError
 from palaestra.core.records import ModelCallRecord, Outcome, Rollout, Trajectory, Verdict
-from palaestra.rollout.collector import run_eval
+from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
 from palaestra.train.export import ExportOptions, export_run
 

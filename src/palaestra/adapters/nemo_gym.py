@@ -30,7 +30,7 @@ TASK_INDEX = "_ng_task_index"
 ROLLOUT_INDEX = "_ng_rollout_index"
 ATTEMPT_INDEX = "_ng_attempt_index"
 _RESERVED = {"responses_create_params", "response", "reward", "agent_ref", "mask_sample", "reward_components"}
-_INTERNAL_META = {"nemo_gym_agent_ref", "nemo_gym_sampling"}
+_INTERNAL_META = {"nemo_gym_agent_ref", "nemo_gym_sampling", "nemo_gym_request"}
 
 
 @dataclass
@@ -126,7 +126,19 @@ def _prompt_length(messages: list[dict[str, Any]]) -> int:
 
 
 def create_params(task: Task, rollout: Rollout | None) -> dict[str, Any]:
-    """What the policy was asked: the messages before its first turn, the tools, the sampling knobs."""
+    """What the policy was asked: the messages before its first turn, the tools, the sampling knobs.
+
+    A task read from a NeMo Gym row gives back that row's request as it was (every input item, its
+    tools and settings), with only the sampling knobs the run overrode set to what was sent."""
+    first = rollout.trajectory.model_calls[0].request if rollout and rollout.trajectory.model_calls else {}
+    original = task.metadata.get("nemo_gym_request")
+    if isinstance(original, dict):
+        asked = dict(original)
+        for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"), ("max_tokens", "max_output_tokens"),
+                             ("max_completion_tokens", "max_output_tokens")):
+            if isinstance(first.get(ours), (int, float)) and not isinstance(first.get(ours), bool):
+                asked[theirs] = first[ours]
+        return asked
     messages = rollout.trajectory.messages if rollout is not None else []
     prompt = messages[:_prompt_length(messages)] or task.messages()
     request = rollout.trajectory.model_calls[0].request if rollout and rollout.trajectory.model_calls else {}
@@ -171,7 +183,8 @@ def result_record(task: Task, index: int, rollout: Rollout) -> dict[str, Any]:
     params = create_params(task, rollout)
     response = {"id": f"resp_{rollout.rollout_id}", "object": "response", "created_at": float(rollout.started_at),
                 "model": rollout.model, "output": _output_items(rollout, _prompt_length(traj.messages)),
-                "parallel_tool_calls": True, "tool_choice": "auto", "tools": params["tools"], "usage": usage,
+                "parallel_tool_calls": params.get("parallel_tool_calls") is not False,
+                "tool_choice": params.get("tool_choice") or "auto", "tools": params.get("tools") or [], "usage": usage,
                 "status": "completed", "error": None, "incomplete_details": None, "instructions": None,
                 "metadata": None, "temperature": params.get("temperature"), "top_p": params.get("top_p")}
     record: dict[str, Any] = {**_verifier_fields(task), "responses_create_params": params, "response": response,

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -79,9 +78,9 @@ class OpenEnvEnvironment(Environment):
 
     # ---- where the environment lives -----------------------------------------------------------
     def url(self) -> str | None:
-        if self.openenv_url_env and os.environ.get(self.openenv_url_env):
-            return os.environ[self.openenv_url_env]
-        return self.openenv_url
+        from palaestra.settings import variable  # the variable this environment class names
+
+        return (variable(self.openenv_url_env) if self.openenv_url_env else None) or self.openenv_url
 
     def _local_classes(self) -> tuple[Any, Any]:
         if self._classes is None:

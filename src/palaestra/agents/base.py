@@ -77,6 +77,11 @@ class BackendChat:
     def rollout_id(self) -> str | None:
         return self._rid
 
+    @property
+    def target(self) -> Any:
+        """What the calls go to: for a rollout, the run's model proxy (a remote agent serves it over HTTP)."""
+        return self._target
+
     async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         if hasattr(self._target, "complete"):
             result: dict[str, Any] = await self._target.complete(self._rid, "chat", body)

@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from palaestra.cli.common import fail, run_async
+from palaestra.cli.common import (
+    allowed_host_option,
+    fail,
+    guarded,
+    no_token_option,
+    run_async,
+    settings_of,
+    token_env_option,
+    token_file_option,
+)
 
 if TYPE_CHECKING:
     from palaestra.core.records import Task
@@ -61,15 +70,10 @@ def serve(
     spec: str = typer.Argument(..., help="Built-in name, module:Class or ./file.py:Class."),
     host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default)."),
     port: int = typer.Option(8765, help="Port (0 picks a free one)."),
-    token_env: str = typer.Option("PALAESTRA_TOKEN", help="Variable holding the bearer token to require "
-                                                          "(default: a generated one)."),
-    no_token: bool = typer.Option(False, "--no-token", help="Serve without a token (loopback only): anyone on "
-                                                            "this machine can then run its tools."),
-    token_file: str | None = typer.Option(None, help="Where to write the generated token (default: "
-                                                     "$XDG_RUNTIME_DIR/palaestra/env-PORT.token, else "
-                                                     "~/.cache/palaestra/tokens/env-PORT.token)."),
-    allowed_host: list[str] = typer.Option([], "--allowed-host", help="Another Host name clients use (NAME or "
-                                           "NAME:PORT; '*' for any). Loopback names are always accepted."),
+    token_env: str = token_env_option(),
+    no_token: bool = no_token_option("run its tools"),
+    token_file: str | None = token_file_option("env"),
+    allowed_host: list[str] = allowed_host_option(),
 ) -> None:
     """Serve an environment over HTTP (DESIGN §1). It asks for a bearer token, generated and printed at
     start (and saved in a 0600 token file) unless --no-token."""
@@ -85,11 +89,14 @@ def serve(
 
 @app.command("check")
 def check(
+    ctx: typer.Context,
     spec: str = typer.Argument(..., help="Built-in name, module:Class or ./file.py:Class."),
     placement: str = typer.Option("inprocess", help="inprocess | local | direct"),
     limit: int = typer.Option(0, help="Check only the first N tasks (0 = all)."),
     input: str | None = typer.Option(None, "--input", "-i", help="Check on the tasks of this file (JSONL or "
                                      "Parquet) instead of the bundled data/*.jsonl; rows may omit `env`."),
+    sandbox: str | None = typer.Option(None, "--sandbox", help="Sandbox provider for tasks that name none: local | "
+                                       "process | docker | podman | apptainer | none (PALAESTRA_SANDBOX)."),
 ) -> None:
     """Run the conformance suite: oracle full reward, null zero, malformed calls, determinism, cleanup."""
     from rich.console import Console
@@ -98,7 +105,13 @@ def check(
     from palaestra.rollout.conformance import CheckReport, check_env
 
     async def checked() -> CheckReport:
-        return await check_env(spec, placement, limit or None, _task_file(input, spec) if input else None)
+        return await check_env(spec, placement, limit or None, _task_file(input, spec) if input else None,
+                               options)
+
+    from palaestra.rollout.config import env_options, resolve
+
+    # the environment gets the run settings an `eval run` would give it: --sandbox over PALAESTRA_SANDBOX, ...
+    options = env_options(guarded(resolve, {"sandbox": sandbox}, None, settings_of(ctx))[0])
 
     report = run_async(checked())
     table = Table("check", "result", "detail", title=f"env check {report.env} ({report.placement}, "

@@ -8,13 +8,14 @@ from typing import Any
 
 import typer
 
-from palaestra.cli.common import EXIT_CODES_HELP, fail, guarded, print_status, run_async, warn_journal
+from palaestra.cli.common import EXIT_CODES_HELP, fail, guarded, print_status, run_async, settings_of, warn_journal
 
 app = typer.Typer(no_args_is_help=True, help="Evaluations: run, metrics, reverify.")
 
 
 @app.command("run", epilog=EXIT_CODES_HELP)
 def run(
+    ctx: typer.Context,
     input: str | None = typer.Option(None, "--input", "-i", help="Task file (JSONL or Parquet)."),
     env: str | None = typer.Option(None, "--env", "-e", help="Environment (alone: its bundled tasks)."),
     limit: int | None = typer.Option(None, help="Use only the first N tasks."),
@@ -44,6 +45,19 @@ def run(
     max_steps: int | None = typer.Option(None, help="Agent step limit."),
     cluster: str | None = typer.Option(None, help="Run on Ray: ray | ray:local | ray:HOST:PORT | ray://HOST:PORT "
                                                 "[?workers=N&env_replicas=N]."),
+    sandbox: str | None = typer.Option(None, "--sandbox", help="Sandbox provider for tasks that name none: local | "
+                                       "process | docker | podman | apptainer | none (PALAESTRA_SANDBOX)."),
+    code_scoring: str | None = typer.Option(None, "--code-scoring", help="`code` scoring for tasks that name none: "
+                                            "fraction | all (PALAESTRA_CODE_SCORING)."),
+    judge_model: str | None = typer.Option(None, "--judge-model", help="Judge of the `judge` environment: base URL, "
+                                           "model spec or keyword (PALAESTRA_JUDGE_MODEL)."),
+    judge_model_name: str | None = typer.Option(None, "--judge-model-name",
+                                                help="Model name sent to the judge (PALAESTRA_JUDGE_MODEL_NAME)."),
+    judge_api_key_env: str | None = typer.Option(None, "--judge-api-key-env", help="Variable holding the judge's "
+                                                 "API key (PALAESTRA_JUDGE_API_KEY_ENV; OPENAI_API_KEY)."),
+    nemo_compat: bool | None = typer.Option(None, "--nemo-compat/--no-nemo-compat",
+                                            help="Grade mcqa and math rows exactly as NeMo Gym's verifiers do "
+                                                 "(docs/nemo_gym_parity.md)."),
     config: str | None = typer.Option(None, "--config", help="run.yaml with the same fields as the flags."),
     resume: str | None = typer.Option(None, "--resume", help="Finish the run in this directory."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -53,28 +67,26 @@ def run(
 
     Every row is checked against its environment first; any invalid row stops the run before it starts
     (or is skipped with --skip-invalid)."""
+    from palaestra.api import resolve_run
     from palaestra.cli.progress import run_with_progress
-    from palaestra.rollout.config import RunConfig, resolve
+    from palaestra.rollout.config import RunConfig
 
     given = locals()  # every RunConfig field is a parameter of this command, by the same name
     flags = {name: given[name] for name in RunConfig.model_fields if given.get(name) is not None}
-    if resume:
-        from palaestra.rollout.rundir import RUN_JSON, read_manifest
-
-        if not (Path(resume) / RUN_JSON).is_file():
-            fail(f"{resume} is not a run directory (no {RUN_JSON})", "give the --out directory of an earlier run")
-        base = read_manifest(Path(resume))["config"]
-        flags = {**{k: v for k, v in base.items() if v is not None}, **flags, "out": resume}
-    cfg, sources = guarded(resolve, flags, config)
+    # The public API resolves (and runs) it: the command only adds the progress bar and the printing.
+    settings = settings_of(ctx)  # read once by the root callback: PALAESTRA_* under the file and the flags
+    cfg, sources = guarded(resolve_run, flags, config, resume or None, settings)
     if show_config:
-        print_config(cfg.model_dump(mode="json"), sources)
+        print_config(cfg.model_dump(mode="json"), sources, settings)
         return
-    result = run_with_progress(cfg, quiet=quiet)
+    result = run_with_progress(cfg, quiet=quiet, settings=settings, sources=sources)
     if result.exit_code:
         raise typer.Exit(result.exit_code)
 
 
-def print_config(values: dict[str, Any], sources: dict[str, str]) -> None:
+def print_config(values: dict[str, Any], sources: dict[str, str], settings: Any = None) -> None:
+    """The resolved run config, then the machine settings, each with where it came from (default, env
+    VAR, file PATH, flag); secrets redacted."""
     from rich.console import Console
     from rich.table import Table
 
@@ -82,8 +94,16 @@ def print_config(values: dict[str, Any], sources: dict[str, str]) -> None:
 
     table = Table("option", "value", "from", title="resolved run config")
     for key, value in redact(values).items():
-        table.add_row(key, json.dumps(value), sources.get(key, "default"))
+        if key != "run_id":  # the runtime sets it when the run starts
+            table.add_row(key, json.dumps(value), sources.get(key, "default"))
     Console().print(table)
+    if settings is not None:
+        machine = Table("setting", "value", "from", "variable", title="machine settings")
+        for key, entry in settings.effective().items():
+            if key not in values:
+                machine.add_row(key, json.dumps(entry["value"]), entry["source"], settings.variable_of(key) or
+                                "PALAESTRA_<AGENT>_BIN")
+        Console().print(machine)
 
 
 @app.command("metrics")
@@ -93,7 +113,7 @@ def metrics(run_dir: str = typer.Argument(..., help="Run directory."),
     from rich.console import Console
 
     from palaestra.metrics.summary import format_table
-    from palaestra.rollout.collector import write_metrics
+    from palaestra.orchestrator import write_metrics
     from palaestra.rollout.rundir import TASKS, read_manifest
     from palaestra.rollout.tasks import read_tasks
 

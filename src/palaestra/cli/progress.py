@@ -7,14 +7,16 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from palaestra.api import EvalResult, evaluate_async
 from palaestra.cli.common import print_status, run_async, tune_gc_for_batch, warn_journal
 from palaestra.core.records import Rollout
 from palaestra.metrics.summary import format_table
-from palaestra.rollout.collector import RunResult, run_eval
 from palaestra.rollout.config import RunConfig
+from palaestra.settings import Settings
 
 
-def run_with_progress(cfg: RunConfig, quiet: bool = False) -> RunResult:
+def run_with_progress(cfg: RunConfig, quiet: bool = False, settings: Settings | None = None,
+                      sources: dict[str, str] | None = None) -> EvalResult:
     """Run with a live bar, then print the skipped rows, the metrics, unreadable journal lines and the
     verdict; the caller exits with ``result.exit_code``."""
     console = Console(stderr=True)
@@ -42,7 +44,8 @@ def run_with_progress(cfg: RunConfig, quiet: bool = False) -> RunResult:
 
     tune_gc_for_batch()
     with progress:
-        result = run_async(run_eval(cfg, on_start=on_start, on_rollout=on_rollout))
+        result = run_async(evaluate_async(config=cfg, on_start=on_start, on_rollout=on_rollout, settings=settings,
+                                          config_sources=sources))
     for line in result.skipped_rows:
         console.print(f"[yellow]skipped[/] {line}")
     out = Console()
@@ -50,10 +53,9 @@ def run_with_progress(cfg: RunConfig, quiet: bool = False) -> RunResult:
     out.print(f"run directory: {result.run_dir} (rollouts.jsonl, metrics.json, run.json); "
               f"{result.collected} collected in {result.wall_s:.1f} s")
     warn_journal(result.journal_problems)
-    if result.status is not None:
-        lines = result.status.lines()
-        if result.status.status != "complete":
-            lines.append(f"  after fixing the cause: palaestra eval run --resume {result.run_dir} "
-                         f"--max-attempts {2 * cfg.max_attempts} gives the failed slots more attempts")
-        print_status(lines, result.status.status == "complete")
+    lines = result.lines()
+    if result.status != "complete":
+        lines.append(f"  after fixing the cause: palaestra eval run --resume {result.run_dir} "
+                     f"--max-attempts {2 * cfg.max_attempts} gives the failed slots more attempts")
+    print_status(lines, result.status == "complete")
     return result

@@ -8,7 +8,7 @@ import warnings
 
 import typer
 
-from palaestra.cli.common import guarded, run_async
+from palaestra.cli.common import guarded, run_async, settings_of
 
 app = typer.Typer(no_args_is_help=True, help="Sandboxes: info, run, cleanup.")
 
@@ -41,6 +41,7 @@ def info(as_json: bool = typer.Option(False, "--json", help="Print JSON for scri
 
 @app.command("run")
 def run(
+    ctx: typer.Context,
     command: list[str] = typer.Argument(..., help="The command and its arguments (no shell)."),
     provider: str = typer.Option("", "--sandbox", "-s", help="local, process, docker, podman, apptainer or none."),
     image: str = typer.Option("", help="Container image (docker, podman, apptainer)."),
@@ -51,7 +52,7 @@ def run(
     from palaestra.sandbox import SandboxSpec, get_provider
 
     async def go() -> int:
-        prov = get_provider(provider or None)
+        prov = get_provider(provider or settings_of(ctx).sandbox)  # --sandbox, else $PALAESTRA_SANDBOX
         spec = SandboxSpec(image=image or None, network=network, labels={"run_id": "cli"})  # type: ignore[arg-type]
         async with await prov.create(spec) as box:
             result = await box.exec(command, timeout=timeout)

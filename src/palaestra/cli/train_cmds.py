@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import typer
 
-from palaestra.cli.common import fail, guarded
+from palaestra.cli.common import (
+    ServeAuth,
+    allowed_host_option,
+    guarded,
+    no_token_option,
+    shown_host,
+    token_env_option,
+    token_file_option,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Training: export runs as training data; serve rollouts to trainers.")
 serve_app = typer.Typer(no_args_is_help=True, help="Serve Palaestra to other programs.")
@@ -52,15 +60,10 @@ def export(
 def serve_rollouts(
     host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default)."),
     port: int = typer.Option(8300, help="Port."),
-    token_env: str = typer.Option("PALAESTRA_TOKEN", help="Variable holding the bearer token to require "
-                                                          "(default: a generated one)."),
-    no_token: bool = typer.Option(False, "--no-token", help="Serve without a token (loopback only): anyone on "
-                                                            "this machine can then submit jobs."),
-    token_file: str | None = typer.Option(None, help="Where to write the generated token (default: "
-                                                     "$XDG_RUNTIME_DIR/palaestra/rollouts-PORT.token, else "
-                                                     "~/.cache/palaestra/tokens/rollouts-PORT.token)."),
-    allowed_host: list[str] = typer.Option([], "--allowed-host", help="Another Host name clients use (NAME or "
-                                           "NAME:PORT; '*' for any). Loopback names are always accepted."),
+    token_env: str = token_env_option(),
+    no_token: bool = no_token_option("submit jobs"),
+    token_file: str | None = token_file_option("rollouts"),
+    allowed_host: list[str] = allowed_host_option(),
     policy_host: list[str] = typer.Option([], "--policy-host", help="A host a job's policy endpoint may be on "
                                           "(NAME or NAME:PORT; repeat it). Loopback is always allowed; any "
                                           "other address in a job is refused with 400."),
@@ -69,20 +72,8 @@ def serve_rollouts(
     """Serve the rollout service: trainers POST /jobs (tasks, group size, policy endpoint) and take finished
     groups from GET /jobs/{id}/groups. Requests need the bearer token printed at start (and saved in a
     0600 token file) unless --no-token."""
-    import os
 
-    from palaestra.core.errors import PalaestraError
-    from palaestra.server.auth import check_bind, token_from_env
-    from palaestra.server.security import GuardPolicy, choose_token, default_token_file, write_token_file
-
-    given = token_from_env(token_env)
-    try:
-        token = choose_token(host, given=given, no_token=no_token, default_on=True)
-        check_bind(host, token, token_env=token_env)
-        guard = GuardPolicy.for_bind(host, token=token, allowed_hosts=allowed_host)
-    except PalaestraError as exc:
-        fail(exc.message, exc.hint)
-        return
+    auth = ServeAuth.choose(host, token_env=token_env, no_token=no_token, default_on=True, allowed_hosts=allowed_host)
     import logging
 
     from palaestra.server.serving import run_guarded
@@ -93,19 +84,12 @@ def serve_rollouts(
     logging.getLogger("palaestra.train.service").setLevel(logging.INFO)
 
     def ready(actual: int) -> None:
-        shown = f"[{host}]" if ":" in host else host
-        typer.echo(f"palaestra rollout service on http://{shown}:{actual} (POST /jobs, GET /jobs/{{id}}/groups)",
-                   err=True)
-        if token is not None and given is None:  # printed this once; never logged
-            where = write_token_file(token_file or default_token_file("rollouts", actual, os.environ.get(
-                "XDG_RUNTIME_DIR")), token)
-            typer.echo(f"  token: {token}\n  (saved in {where}, mode 0600; send Authorization: Bearer <token>)",
-                       err=True)
-        elif token is not None:
-            typer.echo(f"  token: the value of ${token_env}", err=True)
+        typer.echo(f"palaestra rollout service on http://{shown_host(host)}:{actual} "
+                   "(POST /jobs, GET /jobs/{id}/groups)", err=True)
+        auth.announce(auth.save("rollouts", actual, token_file), "send Authorization: Bearer <token>")
 
-    run_guarded(create_service_app(RolloutService(policy_hosts=tuple(policy_host))), guard, host=host, port=port,
-                on_ready=ready, log_level=log_level)
+    run_guarded(create_service_app(RolloutService(policy_hosts=tuple(policy_host))), auth.guard, host=host,
+                port=port, on_ready=ready, log_level=log_level)
 
 
 app.command("export")(export)

@@ -12,10 +12,11 @@ import aiohttp
 class TransportFailure(Exception):
     """The request never got an HTTP answer: ``timeout`` or ``unreachable``."""
 
-    def __init__(self, kind: str, detail: str) -> None:
+    def __init__(self, kind: str, detail: str, *, hint: str | None = None) -> None:
         super().__init__(detail)
         self.kind = kind
         self.detail = detail
+        self.hint = hint
 
 
 class Transport(Protocol):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from palaestra.cluster.fleet import Fleet, WorkerSlot
 from palaestra.cluster.runtime import connect
@@ -20,12 +20,10 @@ from palaestra.core.errors import ConfigError
 from palaestra.core.records import Outcome, Rollout, Task
 from palaestra.core.secrets import redact_url
 from palaestra.rollout import rundir
+from palaestra.rollout.collector import ProgressFn, attempts_until_scored, drain
 from palaestra.rollout.config import RunConfig
 from palaestra.rollout.journal import Journal
 from palaestra.rollout.runner import new_rollout_id
-
-if TYPE_CHECKING:
-    from palaestra.rollout.collector import ProgressFn
 
 CLUSTER_JSON = "cluster.json"  # where the run's actors ran, and how many attempts were lost with workers
 ANSWER_GRACE_S = 120.0  # beyond the rollout deadline, before a silent worker is given up on
@@ -71,8 +69,6 @@ class RayCollector:
         self.placement: dict[str, Any] = {}
 
     async def collect(self, pending: list[tuple[Task, int, int]]) -> None:
-        from palaestra.rollout.collector import drain  # the collector imports this module: import late
-
         conn = connect(self.spec)
         try:
             specs = sorted({t.model or self.cfg.model for t in self.tasks})
@@ -131,8 +127,6 @@ class RayCollector:
 
     async def _one(self, task: Task, repeat: int, first_attempt: int, journal: Journal) -> None:
         """Attempts until scored or out of attempts, each journaled before the next starts (as locally)."""
-        from palaestra.rollout.collector import attempts_until_scored  # imported late, as drain is
-
         await attempts_until_scored(lambda n: self._attempt(task, repeat, n), first_attempt, self.cfg.max_attempts,
                                     journal, self.on_rollout, task=task)
 

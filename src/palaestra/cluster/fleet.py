@@ -14,7 +14,7 @@ from typing import Any
 from palaestra.cluster.runtime import ClusterError, Connection
 from palaestra.cluster.spec import ClusterSpec
 from palaestra.core.errors import PalaestraError
-from palaestra.rollout.config import RunConfig
+from palaestra.rollout.config import RunConfig, env_options
 
 WORKER_RESTARTS = 4  # per worker: a node lost now and then is survivable, a crash loop is not
 REPLICA_RESTARTS = 16
@@ -83,8 +83,8 @@ class Fleet:
 
     async def start(self) -> None:
         ray = self.conn.ray
-        from palaestra.cluster.envactors import EnvReplica
         from palaestra.cluster.worker import RolloutWorker
+        from palaestra.placement.ray import EnvReplica
 
         count = self.worker_count()
         self.check_fits(count)
@@ -96,7 +96,8 @@ class Fleet:
                 names = [f"palaestra-{tag}-{name}-{i}" for i in range(self.spec.env_replicas)]
                 self.replicas[name] = [replica_cls.options(
                     name=n, num_cpus=self.replica_cpus, max_restarts=REPLICA_RESTARTS,
-                    scheduling_strategy="SPREAD", max_concurrency=4096).remote(spec, self.envs) for n in names]
+                    scheduling_strategy="SPREAD", max_concurrency=4096).remote(spec, self.envs, env_options(self.cfg))
+                    for n in names]
                 self.replica_names[name] = names
                 pings += [r.ping.remote() for r in self.replicas[name]]
         worker_cls = ray.remote(RolloutWorker)

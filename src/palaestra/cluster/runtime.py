@@ -12,6 +12,7 @@ from typing import Any
 
 from palaestra.cluster.spec import LOOPBACK, ClusterSpec
 from palaestra.core.errors import ConfigError
+from palaestra.settings import export_to_children, has_variable
 
 LOOPBACK_IP = "127.0.0.1"
 
@@ -76,10 +77,10 @@ def connect(spec: ClusterSpec) -> Connection:
     ray = import_ray()
     if ray.is_initialized():
         return Connection(ray, "(already connected)", owned=False)
-    if spec.local and "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ:
+    if spec.local and not has_variable("RAY_AUTH_MODE") and not has_variable("RAY_AUTH_TOKEN"):
         # a private cluster gets a private token (inherited by its processes), rather than Ray
         # writing one into ~/.ray or reusing another cluster's
-        os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
+        export_to_children({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
     _auth_from_env()
     kw: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     if spec.local:
@@ -106,14 +107,18 @@ def connect(spec: ClusterSpec) -> Connection:
 
 def _auth_from_env() -> None:
     """Ray reads RAY_AUTH_MODE once, when it is imported; a token set later (a test fixture, a launcher)
-    would be ignored and the cluster would refuse us. Re-read it, as Ray itself does when it turns auth on."""
-    if "RAY_AUTH_MODE" not in os.environ:
+    would be ignored and the cluster would refuse us. Re-read it, as Ray itself does when it turns auth on.
+    The token loader caches the first token it read, so a process that joins a second cluster (another
+    token) would be refused by it: its cache is reset too."""
+    if not has_variable("RAY_AUTH_MODE"):
         return
     try:
         import importlib
 
-        importlib.import_module("ray._raylet").Config.initialize("")
-    except Exception:  # an older or newer Ray without this hook reads the variable at ray.init anyway
+        raylet = importlib.import_module("ray._raylet")
+        raylet.Config.initialize("")
+        raylet.AuthenticationTokenLoader.instance().reset_cache()
+    except Exception:  # an older or newer Ray without these hooks reads the variable at ray.init anyway
         pass
 
 

@@ -12,11 +12,10 @@ One string, like the scripted model's, so a run file and a flag say the same thi
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from urllib.parse import parse_qsl
 
 from palaestra.core.errors import ConfigError
+from palaestra.plugins.spec import parse_spec
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _INT_OPTS = {"workers", "env_replicas", "cpus", "object_store_mb"}
@@ -54,9 +53,11 @@ class ClusterSpec:
 def parse_cluster(value: str) -> ClusterSpec:
     """Parse ``--cluster``; errors name the bad part and show the accepted forms."""
     text = value.strip()
-    body, _, query = text.partition("?")
+    body = text.partition("?")[0]
     if body == "ray":
-        address: str | None = os.environ.get("RAY_ADDRESS") or None
+        from palaestra.settings import machine
+
+        address: str | None = machine().ray_address  # $RAY_ADDRESS
     elif body.startswith("ray://"):
         address = body
         if not body.removeprefix("ray://"):
@@ -75,7 +76,7 @@ def parse_cluster(value: str) -> ClusterSpec:
     else:
         raise ConfigError(f"unknown cluster '{value}'", hint=_HINT)
     opts: dict[str, int | float] = {}
-    for key, raw in parse_qsl(query, keep_blank_values=True):
+    for key, raw in parse_spec(text, what="--cluster").options.items():  # the one plugin-spec grammar
         try:
             if key in _INT_OPTS:
                 opts[key] = int(raw)

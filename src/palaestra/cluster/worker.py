@@ -38,6 +38,7 @@ class RolloutWorker:
     async def _setup(self) -> None:
         from palaestra.envs.registry import register_alias
         from palaestra.placement import mount_env
+        from palaestra.rollout.config import env_options
 
         for name, spec in self.env_specs.items():
             register_alias(name, spec)
@@ -45,12 +46,12 @@ class RolloutWorker:
             if self.replicas is not None:
                 import ray
 
-                from palaestra.cluster.envactors import RayEnvClient
+                from palaestra.placement.ray import RayTransport
 
                 handles = [ray.get_actor(n) for n in self.replicas[name]]
-                self.envs[name] = RayEnvClient(name, handles, offset=self.index)
+                self.envs[name] = EnvClient(RayTransport(name, handles, offset=self.index), name=name)
             else:
-                mounted = await mount_env(spec, self.cfg.placement)
+                mounted = await mount_env(spec, self.cfg.placement, env_options(self.cfg))
                 self.mounted.append(mounted)
                 self.envs[name] = mounted.client
         self.models.prepare(set(self.model_specs))

@@ -36,6 +36,9 @@ class Environment:
     mechanism: ClassVar[str] = "single-turn"
     data_dir: ClassVar[str | Path | None] = None
     system_prompt: ClassVar[str | None] = None
+    # How many live sessions a host of this environment keeps (each placement honours it); an environment
+    # whose sessions hold heavy state (containers, browsers) declares a lower cap.
+    max_sessions: ClassVar[int] = 10_000
 
     _tool_specs: ClassVar[dict[str, ToolSpec]]
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
+
+from palaestra.core.errors import ConfigError
 
 _SECRET_KEY = re.compile(r"(key|token|secret|password|authorization)", re.I)
 _URL_USERINFO = re.compile(r"(https?://)[^/@\s]+@")
@@ -27,3 +30,19 @@ def redact(value: Any, key: str = "") -> Any:
             return "***"
         return redact_url(value)
     return value
+
+
+def read_secret_file(path: str | Path, what: str, *, hint: str, empty_hint: str | None = None) -> str:
+    """The secret (an API key, a server token) held in the file at ``path``, surrounding whitespace
+    stripped. A file keeps the secret out of process listings and shell history; one that cannot be read
+    or holds nothing is a config mistake, so it raises ``ConfigError`` (``what`` names the file in the
+    message, e.g. "the API key file"; ``hint`` says what to give instead) rather than going on with no
+    secret."""
+    file = Path(path).expanduser()
+    try:
+        secret = file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {str(file)!r}: {exc.strerror or exc}", hint=hint) from exc
+    if not secret:
+        raise ConfigError(f"{what} {str(file)!r} is empty", hint=empty_hint)
+    return secret

@@ -1,6 +1,7 @@
 """Find an environment by name or by a user's spec, without touching the package.
 
-Specs: a built-in name (``mcqa``), ``package.module:Class``, or a file ``./my_env.py:MyEnv`` (the class
+Specs: a built-in name (``mcqa``), the name of an installed plugin (entry-point group
+``palaestra.environments``), ``package.module:Class``, or a file ``./my_env.py:MyEnv`` (the class
 may be omitted when the file defines exactly one Environment subclass)."""
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import inspect
 import pkgutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from palaestra.core.environment import Environment
 from palaestra.core.errors import ConfigError
+from palaestra.plugins.registry import registry as plugin_registry
 
 
 def _discover() -> dict[str, str]:
@@ -30,7 +33,10 @@ def _discover() -> dict[str, str]:
     return found
 
 
-BUILTIN: dict[str, str] = _discover()
+# Built-ins are found on first lookup; installed packages add more through the
+# ``palaestra.environments`` entry-point group (see palaestra.plugins).
+ENVIRONMENTS = plugin_registry("environments", declare=False)
+ENVIRONMENTS.add_builtins(_discover)
 
 
 # Names of user environments seen in this process (``./my_env.py:MyEnv`` → "myenv"), so task rows
@@ -39,17 +45,36 @@ _ALIASES: dict[str, str] = {}
 
 
 def builtin_names() -> list[str]:
-    return sorted(BUILTIN)
+    return sorted(ENVIRONMENTS.builtins())
+
+
+def names() -> list[str]:
+    """Built-in environments and those installed packages provide."""
+    return ENVIRONMENTS.names()
 
 
 def register_alias(name: str, spec: str) -> None:
-    if name not in BUILTIN:
+    if name not in ENVIRONMENTS.builtins():
         _ALIASES[name] = spec
 
 
+def _is_plain_name(name: str) -> bool:
+    return bool(name) and not any(c in name for c in ":/\\") and not name.endswith(".py")
+
+
 def spec_for(name: str) -> str:
-    """The importable spec behind an environment name (itself when it already is a spec)."""
-    return BUILTIN.get(name) or _ALIASES.get(name) or name
+    """The importable spec behind an environment name (itself when it already is a spec): a built-in,
+    a user environment seen in this process, then an installed plugin (its entry point's target)."""
+    builtin = ENVIRONMENTS.builtins().get(name)
+    if builtin is not None:
+        return builtin.target
+    if name in _ALIASES:
+        return _ALIASES[name]
+    if _is_plain_name(name):
+        plugin = ENVIRONMENTS.get(name)
+        if plugin is not None:
+            return plugin.target
+    return name
 
 
 def _load_module_from_file(path: Path) -> object:
@@ -84,7 +109,7 @@ def load_env_class(spec: str) -> type[Environment]:
         except ModuleNotFoundError as exc:
             raise ConfigError(
                 f"unknown environment '{spec}'",
-                hint=f"built-in: {', '.join(builtin_names())}; or module:Class; or ./file.py:Class",
+                hint=f"known: {', '.join(names())}; or module:Class; or ./file.py:Class",
             ) from exc
     if clsname:
         cls = getattr(module, clsname, None)
@@ -106,5 +131,16 @@ def load_env_class(spec: str) -> type[Environment]:
     return found[0]
 
 
-def load_env(spec: str) -> Environment:
-    return load_env_class(spec)()
+def accepted_options(cls: type[Environment], options: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's environment options (``rollout.config.env_options``) that ``cls.__init__`` names: a run
+    offers every environment the same settings (sandbox, scoring, judge, run id), each takes its own."""
+    if not options:
+        return {}
+    params = inspect.signature(cls.__init__).parameters
+    named = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {k: v for k, v in options.items() if k in named and k != "self"}
+
+
+def load_env(spec: str, options: dict[str, Any] | None = None) -> Environment:
+    cls = load_env_class(spec)
+    return cls(**accepted_options(cls, options))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import math
-import os
 import random
 import time
 import urllib.parse
@@ -25,7 +24,7 @@ import aiohttp
 import orjson
 
 from palaestra.core.errors import ConfigError, ModelError
-from palaestra.core.secrets import redact_url
+from palaestra.core.secrets import read_secret_file, redact_url
 from palaestra.models.base import CallContext
 
 RETRY_STATUSES = frozenset({408, 409, 429})
@@ -39,16 +38,12 @@ def api_key_from_env(var: str = "OPENAI_API_KEY", file: str | Path | None = None
     mistake, so it raises instead of silently falling back to no key.
     """
     if file is not None:
-        path = Path(file).expanduser()
-        try:
-            key = path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read the API key file {str(path)!r}: {exc.strerror or exc}",
-                              hint="point the key file option at a readable file holding only the key") from exc
-        if not key:
-            raise ConfigError(f"the API key file {str(path)!r} is empty", hint="write the key into it")
-        return key
-    return os.environ.get(var, "").strip() or None
+        return read_secret_file(file, "the API key file",
+                                hint="point the key file option at a readable file holding only the key",
+                                empty_hint="write the key into it")
+    from palaestra.settings import variable  # the variable the run's api_key_env names
+
+    return variable(var)
 
 
 def retry_after_seconds(value: str | None, *, cap: float = 60.0) -> float | None:

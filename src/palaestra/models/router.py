@@ -11,13 +11,16 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl
 
 from palaestra.core.errors import ConfigError
 from palaestra.models.base import CallContext, ModelBackend
+from palaestra.plugins.spec import Converter, list_of, parse_spec
 
 STRATEGIES = ("fixed", "tag", "split", "cascade")
 ROUTED_TO = "palaestra_routed_to"
+# Options of a router spec, typed by the one spec grammar (its errors name the bad option).
+ROUTE_OPTIONS: dict[str, Converter | type] = {"to": list_of(str), "weights": list_of(float), "map": list_of(str),
+                                              "default": str, "min_confidence": float}
 
 
 @dataclass
@@ -37,20 +40,19 @@ def is_router(spec: str) -> bool:
 def parse_route(spec: str, known: dict[str, str]) -> RouteSpec:
     """``router:STRATEGY?to=a,b&weights=..&map=tag:name,..&default=..&min_confidence=..``; names are
     keys of the run's ``models`` table."""
-    body = spec.removeprefix("router:")
-    strategy, _, query = body.partition("?")
+    parsed = parse_spec(spec, what="model")
+    strategy = parsed.name
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown routing strategy '{strategy}' in '{spec}'", hint=f"use one of {STRATEGIES}")
-    opts = dict(parse_qsl(query))
-    tag_map = dict(pair.split(":", 1) for pair in opts.get("map", "").split(",") if ":" in pair)
-    to = [n for n in opts.get("to", "").split(",") if n] or sorted(set(tag_map.values()))
+    opts = parsed.typed(ROUTE_OPTIONS)
+    tag_map = dict(pair.split(":", 1) for pair in opts.get("map", []) if ":" in pair)
+    to = opts.get("to") or sorted(set(tag_map.values()))
     route = RouteSpec(strategy, to, tag_map=tag_map, default=opts.get("default"))
     if "weights" in opts:
-        route.weights = [float(w) for w in opts["weights"].split(",")]
-        if len(route.weights) != len(to) or min(route.weights) < 0 or sum(route.weights) <= 0:
+        route.weights = opts["weights"]
+        if len(route.weights) != len(to) or min(route.weights, default=-1) < 0 or sum(route.weights) <= 0:
             raise ConfigError(f"'{spec}': weights must be one non-negative number per model in 'to'")
-    if "min_confidence" in opts:
-        route.min_confidence = float(opts["min_confidence"])
+    route.min_confidence = opts.get("min_confidence")
     names = set(to) | set(tag_map.values()) | ({route.default} if route.default else set())
     unknown = sorted(n for n in names if n not in known)
     if not to or unknown:

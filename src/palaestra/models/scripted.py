@@ -52,6 +52,11 @@ def reference_key(messages: list[Message]) -> str:
     return _key("")
 
 
+def _call_turns(messages: list[Message]) -> int:
+    """How many assistant turns of a conversation made tool calls."""
+    return sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
+
+
 def _tool_call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
     args = arguments if isinstance(arguments, str) else orjson.dumps(arguments or {}).decode()
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
@@ -145,7 +150,8 @@ class ScriptedBackend:
             }
         if self.accuracy < 1.0 and not self._knows(messages):
             return {"role": "assistant", "content": "I am not sure."}
-        turn = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
+        turn = _call_turns(messages) - (_call_turns(ctx.task.messages()) if ctx.task is not None else 0)
+        turn = max(turn, 0)  # calls already in the task's input (a conversation so far) are not this rollout's
         if turn < len(reference.tool_calls):
             call = reference.tool_calls[turn]
             call_id = call.id or f"call_oracle_{turn}"

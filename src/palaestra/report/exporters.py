@@ -7,17 +7,18 @@ local file store (``file:``) and W&B runs in offline mode (``wandb sync`` upload
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+from palaestra.plugins.registry import registry as plugin_registry
+from palaestra.plugins.spec import parse_spec, schema_from
 from palaestra.report.index import JournalIndex
 from palaestra.report.rundata import METRICS, REPORT, RUN_JSON, ReportError, load_run_info, run_metrics
 
-__all__ = ["export_mlflow", "export_wandb", "flat_metrics", "flat_params"]
+__all__ = ["EXPORTERS", "export_mlflow", "export_run", "export_wandb", "flat_metrics", "flat_params"]
 
 
 def _clean(name: str) -> str:
@@ -94,14 +95,13 @@ def _missing(package: str, extra: str) -> ReportError:
 @contextmanager
 def _allow_file_store(uri: str) -> Iterator[None]:
     """MLflow 3 refuses new file stores unless told otherwise; a file store is what works offline."""
-    if not uri.startswith("file:") or "MLFLOW_ALLOW_FILE_STORE" in os.environ:
+    from palaestra.settings import scoped_variables
+
+    if not uri.startswith("file:"):
         yield
         return
-    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
-    try:
+    with scoped_variables({"MLFLOW_ALLOW_FILE_STORE": "true"}):  # MLflow takes this from the environment only
         yield
-    finally:
-        os.environ.pop("MLFLOW_ALLOW_FILE_STORE", None)
 
 
 def export_mlflow(run_dir: str | Path, *, tracking_uri: str | None = None, experiment: str = "palaestra",
@@ -116,7 +116,9 @@ def export_mlflow(run_dir: str | Path, *, tracking_uri: str | None = None, exper
     except ImportError:
         raise _missing("mlflow", "mlflow") from None
     d, manifest, metrics, files = _collect(run_dir)
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or (Path.cwd() / "mlruns").as_uri()
+    from palaestra.settings import machine
+
+    uri = tracking_uri or machine().mlflow_tracking_uri or (Path.cwd() / "mlruns").as_uri()
     if "://" not in uri and not uri.startswith("file:"):
         uri = Path(uri).resolve().as_uri()  # a plain directory means a file store there
     with _allow_file_store(uri):
@@ -172,3 +174,23 @@ def export_wandb(run_dir: str | Path, *, project: str = "palaestra", directory: 
         if teardown:  # finish() can return before wandb-core has written the offline file: a CLI that
             wandb.teardown()  # exited right away could lose the run; teardown waits for the writer
     return out
+
+
+# The built-in exporters are plugins of the ``exporters`` group; installed packages add more (a callable
+# ``export(run_dir, **options) -> str``) through the ``palaestra.exporters`` entry-point group.
+EXPORTERS = plugin_registry("exporters", declare=False)
+EXPORTERS.add_builtins({"mlflow": "palaestra.report.exporters:export_mlflow",
+                        "wandb": "palaestra.report.exporters:export_wandb"})
+
+
+def export_run(spec: str, run_dir: str | Path) -> str:
+    """Run the exporter a spec names (``mlflow?experiment=x``, ``wandb?project=p&mode=offline``), its
+    options typed by the exporter's own keyword parameters; returns what the exporter returns."""
+    parsed = parse_spec(spec, what="exporter")
+    plugin = EXPORTERS.get(parsed.kind)
+    if plugin is None:
+        raise ReportError(f"unknown exporter '{parsed.kind}'", hint=f"known exporters: {', '.join(EXPORTERS.names())}")
+    fn = plugin.load()
+    if parsed.name:
+        raise parsed.error(f"exporter '{parsed.kind}' takes no target after ':'", hint="give options after ?")
+    return str(fn(run_dir, **parsed.typed(schema_from(fn, skip=("run_dir",)))))

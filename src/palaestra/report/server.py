@@ -29,6 +29,7 @@ from palaestra.report.page import csp, render_page, viewer_script
 from palaestra.report.rows import COLUMNS, Filter
 from palaestra.report.rundata import ReportError, RunInfo, load_run_info, run_metrics
 from palaestra.server.security import LOOPBACK, Guard, GuardPolicy, choose_token
+from palaestra.wire.errors import error_body
 
 __all__ = ["LOOPBACK", "Viewer", "create_app", "serve", "viewer_policy"]
 
@@ -37,7 +38,7 @@ FIRST_PAGE_WAIT_S = 1.5  # how long a request may index in line before answering
 
 
 def _error(status: int, kind: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"kind": kind, "message": message}}, status_code=status)
+    return JSONResponse(error_body(kind, message), status_code=status)
 
 
 class Viewer:

@@ -1,38 +1,30 @@
-"""``eval run``: collect rollouts for every (task, repeat) at high concurrency, journal each attempt
+"""The collector: collect rollouts for every (task, repeat) at high concurrency, journal each attempt
 (fsynced before it counts), retry infrastructure failures, and resume a killed run exactly."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import time
-import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from palaestra.agents.base import Agent
 from palaestra.agents.registry import make_agent
+from palaestra.agents.remote import RunLinks, is_remote, link_remote_agents, placement_for
 from palaestra.client.env_client import EnvClient
-from palaestra.core.errors import ConfigError, InvalidTask
+from palaestra.core.errors import ConfigError
 from palaestra.core.records import Rollout, Task
 from palaestra.core.secrets import redact_url
-from palaestra.envs.registry import load_env_class, register_alias, spec_for
-from palaestra.metrics.summary import RunStatus, compute_metrics, run_status
-from palaestra.metrics.usage import model_usage
 from palaestra.placement import MountedEnv, mount_env
 from palaestra.rollout import rundir
 from palaestra.rollout.cascade import run_cascade
-from palaestra.rollout.compact import CompactError, RunTasks, compact_rollout, expand_record
-from palaestra.rollout.config import RunConfig
-from palaestra.rollout.journal import Journal, read_journal
+from palaestra.rollout.compact import compact_rollout
+from palaestra.rollout.config import RunConfig, env_options
+from palaestra.rollout.journal import Journal
 from palaestra.rollout.models import ModelPool, needs_reference
 from palaestra.rollout.runner import run_rollout
-from palaestra.rollout.selection import select_tasks
-from palaestra.rollout.tasks import read_tasks, write_tasks
 
 ProgressFn = Callable[[Rollout, bool], None]
 log = logging.getLogger(__name__)
@@ -41,26 +33,6 @@ log = logging.getLogger(__name__)
 # Outcome messages of failures that the same attempt would hit again: a row its environment refuses, a
 # config error. The runner writes them as "<error kind>: ..."; retrying them only wastes attempts.
 DETERMINISTIC_KINDS = ("invalid_task", "config")
-
-
-@dataclass
-class RunResult:
-    """What ``run_eval`` did, with everything the CLI prints: metrics, the verdict on the run (``status``,
-    whose ``exit_code`` the CLI exits with), the skipped rows and the journal lines that could not be
-    read."""
-
-    run_dir: Path
-    metrics: dict[str, Any]
-    collected: int = 0
-    skipped_rows: list[str] = field(default_factory=list)
-    resumed: int = 0
-    wall_s: float = 0.0
-    status: RunStatus | None = None
-    journal_problems: list[str] = field(default_factory=list)
-
-    @property
-    def exit_code(self) -> int:
-        return self.status.exit_code if self.status is not None else 0
 
 
 class Collector:
@@ -74,18 +46,25 @@ class Collector:
         self.envs: dict[str, MountedEnv] = {}
         self.models = ModelPool(cfg)
         self.agents: dict[str, Agent] = {}
+        self.links: RunLinks | None = None
 
     def model_spec(self, task: Task) -> str:
         return task.model or self.cfg.model
 
     async def _setup(self) -> None:
+        # A remote agent (agent: remote:URL) calls its environment over HTTP: that one runs as a local server.
+        remote_envs = {t.env for t in self.tasks if is_remote(t.agent or self.cfg.agent)}
         for name in sorted({t.env for t in self.tasks}):
-            self.envs[name] = await mount_env(name, self.cfg.placement)
+            self.envs[name] = await mount_env(name, placement_for(self.cfg.placement, name in remote_envs),
+                                              env_options(self.cfg))
         self.models.prepare({self.model_spec(t) for t in self.tasks})
         for name in sorted({t.agent or self.cfg.agent for t in self.tasks}):
             self.agents[name] = make_agent(name, max_steps=self.cfg.max_steps)
+        self.links = link_remote_agents(self.agents, self.envs, deadline_s=self.cfg.deadline_s)
 
     async def _teardown(self) -> None:
+        if self.links is not None:  # the remote agents' clients and the model proxy faces served for them
+            await self.links.aclose()
         for mounted in self.envs.values():
             await mounted.stop()
         await self.models.aclose()
@@ -215,146 +194,3 @@ def plan(tasks: list[Task], repeats: int, records: list[dict[str, Any]], max_att
     return pending, len(scored)
 
 
-def expected_counts(tasks: list[Task], repeats: int) -> dict[tuple[str, str], int]:
-    return {(t.env, t.id): repeats for t in tasks}
-
-
-def read_rollouts(path: Path) -> tuple[list[dict[str, Any]], list[Rollout], list[str], list[str]]:
-    """The journal's records, its valid Rollouts, the lines that are not JSON records (torn, garbage), and
-    the records that are JSON but not Rollouts — each problem naming its line, so none is dropped
-    silently."""
-    lines: list[int] = []
-    records, problems = read_journal(path, missing_ok=True, lines=lines)
-    rollouts: list[Rollout] = []
-    invalid: list[str] = []
-    tasks = RunTasks(path.parent / rundir.TASKS)  # compact records reference their task's input
-    for lineno, r in zip(lines, records, strict=True):
-        try:
-            rollouts.append(Rollout.model_validate(expand_record(r, tasks)))
-        except CompactError as exc:
-            invalid.append(f"{path}:{lineno}: cannot be expanded ({exc}); line skipped")
-        except ValueError as exc:
-            errors = getattr(exc, "errors", None)
-            first = errors()[0] if callable(errors) and errors() else None
-            why = f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else str(exc)[:200]
-            invalid.append(f"{path}:{lineno}: not a Rollout ({why}); line skipped")
-    return records, rollouts, problems, invalid
-
-
-def parse_records(records: list[dict[str, Any]]) -> list[Rollout | dict[str, Any]]:
-    """Journal dicts → Rollouts, once; an invalid one stays a dict so compute_metrics can report it."""
-    out: list[Rollout | dict[str, Any]] = []
-    for r in records:
-        try:
-            out.append(Rollout.model_validate(r))
-        except ValueError:
-            out.append(r)
-    return out
-
-
-def env_metrics(rollouts: list[Rollout | dict[str, Any]]) -> dict[str, Any]:
-    """Each environment's own metrics hook, over its valid journal records."""
-    by_env: dict[str, list[Rollout]] = {}
-    for r in rollouts:
-        if isinstance(r, Rollout):
-            by_env.setdefault(r.env, []).append(r)
-    out: dict[str, Any] = {}
-    for name, env_rollouts in sorted(by_env.items()):
-        try:
-            extra = load_env_class(name)().metrics(env_rollouts)
-        except Exception as exc:  # a buggy hook must not cost the run its metrics
-            extra = {"error": f"{type(exc).__name__}: {exc}"}
-        if extra:
-            out[name] = extra
-    return out
-
-
-def write_metrics(run_dir: Path, tasks: list[Task], repeats: int,
-                  prices: dict[str, float] | None = None) -> dict[str, Any]:
-    """Metrics from the journal, written to metrics.json. Every journal line that could not be read is
-    counted in ``journal_unreadable`` and described (with its line) in ``journal_problems`` (not JSON)
-    or ``invalid_records`` (JSON, not a Rollout)."""
-    records, rollouts, problems, invalid = read_rollouts(run_dir / rundir.JOURNAL)
-    parsed: list[Rollout | dict[str, Any]] = list(rollouts)
-    metrics = compute_metrics(parsed, expected_counts(tasks, repeats))
-    metrics["invalid_records"] = invalid
-    metrics["journal_unreadable"] = len(problems) + len(invalid)
-    metrics["model_usage"] = model_usage(records, prices)
-    with_tokens = [r for r in parsed if isinstance(r, Rollout)
-                   and any(c.generation_token_ids for c in r.trajectory.model_calls)]
-    if with_tokens:  # token fidelity for RL: how many turns extend the previous turn's exact tokens
-        from palaestra.train.sequence import drift_summary
-
-        metrics["token_fidelity"] = drift_summary(with_tokens)
-    hooks = env_metrics(parsed)
-    if hooks:
-        metrics["env_metrics"] = hooks
-    if problems:
-        metrics["journal_problems"] = problems
-    with rundir.guard_fs("write metrics to", run_dir / rundir.METRICS):
-        rundir.write_json_atomic(run_dir / rundir.METRICS, metrics)
-    return metrics
-
-
-async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | None = None,
-                   on_rollout: ProgressFn | None = None) -> RunResult:
-    """Start or resume the run in ``cfg.out``; return its metrics and the verdict on it.
-
-    Everything that can be known before the first rollout is checked first, so a run that cannot
-    succeed costs nothing: every row against its environment (all bad rows in one error), the run's size
-    against ``max_rollouts``, and that the run directory can be written. A run that went ahead but did
-    not reach ``min_coverage`` is not an exception: ``RunResult.status`` says so, and why."""
-    t0 = time.perf_counter()
-    if cfg.repeats > cfg.max_rollouts:  # before reading a single row: the answer cannot change
-        check_size(None, cfg.repeats, cfg.max_rollouts)
-    run_dir = Path(cfg.out) if cfg.out else rundir.default_out(cfg.env)
-    skipped: list[str] = []
-    if (run_dir / rundir.TASKS).is_file() and (run_dir / rundir.RUN_JSON).is_file():
-        with rundir.guard_fs("read the run in", run_dir):
-            tasks = read_tasks(run_dir / rundir.TASKS)  # resume: the snapshot is the truth
-            manifest_envs = rundir.read_manifest(run_dir).get("envs", {})
-        for name, meta in manifest_envs.items():
-            register_alias(name, meta.get("spec", name))
-        check_size(len(tasks), cfg.repeats, cfg.max_rollouts)
-    else:
-        tasks, skipped = select_tasks(cfg)
-        if not tasks:
-            raise InvalidTask("no tasks to run" + (f" ({len(skipped)} invalid row(s) skipped)" if skipped else ""),
-                              hint="check --input/--env and --limit")
-        check_size(len(tasks), cfg.repeats, cfg.max_rollouts)
-        envs = {}
-        for name in sorted({t.env for t in tasks}):
-            cls = load_env_class(name)
-            envs[name] = {"spec": spec_for(name), "version": cls.version, "verifier_hash": cls.verifier_hash()}
-            # Grading that cannot work (no judge configured) refuses the run here, before anything is written;
-            # what the environment reports (which judge grades) is recorded in run.json.
-            envs[name].update(cls().preflight([t for t in tasks if t.env == name]))
-        with rundir.guard_fs("create the run directory", run_dir):
-            run_dir.mkdir(parents=True, exist_ok=True)
-            write_tasks(run_dir / rundir.TASKS, tasks)
-            rundir.write_json_atomic(run_dir / rundir.RUN_JSON, rundir.run_manifest(
-                uuid.uuid4().hex, cfg.model_dump(mode="json"), envs, len(tasks), cfg.repeats))
-    # Sandboxes and child servers label what they create with the run, so a reaper can tell runs apart.
-    os.environ.setdefault("PALAESTRA_RUN_ID", str(rundir.read_manifest(run_dir).get("run_id", "")))
-    records, _ = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
-    pending, already = plan(tasks, cfg.repeats, records, cfg.max_attempts)
-    del records
-    if on_start:
-        on_start(len(tasks) * cfg.repeats, already)
-    if pending:
-        if cfg.cluster:  # the same loop, with each attempt run by a worker actor on Ray (cluster/driver.py)
-            from palaestra.cluster.driver import RayCollector
-
-            await RayCollector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
-        else:
-            await Collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
-    metrics = write_metrics(run_dir, tasks, cfg.repeats, cfg.model_prices)
-    try:
-        from palaestra.report import write_report
-
-        write_report(run_dir)
-    except Exception as exc:  # the run's data is safe in the journal; a report bug must not fail the run
-        log.warning("could not write report.html for %s: %s: %s", run_dir, type(exc).__name__, exc)
-    unreadable = list(metrics.get("journal_problems") or []) + list(metrics.get("invalid_records") or [])
-    return RunResult(run_dir, metrics, len(pending), skipped, already, time.perf_counter() - t0,
-                     status=run_status(metrics, cfg.min_coverage), journal_problems=unreadable)

@@ -3,12 +3,16 @@ YAML file, then flags; ``sources`` remembers which, so ``palaestra config show``
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from palaestra.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from palaestra.settings import Settings
 
 
 class RunEntry(BaseModel):
@@ -64,6 +68,59 @@ class RunConfig(BaseModel):
     cluster: str | None = Field(None, description="Run the rollouts on a Ray cluster: ray | ray:local | ray:auto | "
                                 "ray:HOST:PORT | ray://HOST:PORT, options ?workers=N&env_replicas=N; with "
                                 "--placement ray the environment servers run as Ray actors too.")
+    routes: dict[str, str] = Field(default_factory=dict, description="NeMo Gym agent names (a row's agent_ref) → "
+                                   "environment; a NeMo Gym config file given as --config fills it.")
+    # Run settings: also read from PALAESTRA_* variables (palaestra.settings), which a file or a flag overrides.
+    sandbox: str | None = Field(None, description="Sandbox provider for tasks that name none: local | process | "
+                                "docker | podman | apptainer | none (PALAESTRA_SANDBOX; default: local where "
+                                "bubblewrap works, else process).")
+    code_scoring: Literal["fraction", "all"] | None = Field(None, description="How `code` scores tasks that say "
+                                                            "nothing: fraction | all (PALAESTRA_CODE_SCORING).")
+    judge_model: str | None = Field(None, description="The judge of the `judge` environment: base URL, model spec "
+                                    "or keyword (PALAESTRA_JUDGE_MODEL).")
+    judge_model_name: str | None = Field(None, description="Model name sent to the judge (PALAESTRA_JUDGE_MODEL_NAME).")
+    judge_api_key_env: str | None = Field(None, description="Variable holding the judge's API key "
+                                          "(PALAESTRA_JUDGE_API_KEY_ENV; default OPENAI_API_KEY).")
+    nemo_compat: bool | None = Field(None, description="Grade mcqa and math rows exactly as NeMo Gym 0.7's verifiers "
+                                     "do (docs/nemo_gym_parity.md); a row's metadata.nemo_compat overrides it.")
+    run_id: str | None = Field(None, description="Set by the runtime from run.json: labels what the run's sandboxes "
+                               "and servers create, so runs in one process or machine stay apart.")
+
+
+RUN_SETTINGS = ("sandbox", "code_scoring", "judge_model", "judge_model_name", "judge_api_key_env")
+
+
+def effective_settings(cfg: RunConfig, sources: dict[str, str] | None, settings: Settings | None = None, *,
+                       envs: list[type[Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """What run.json records under ``settings``: every setting with its value and source (default, env
+    VAR, file PATH, flag), secrets redacted. The run settings come from ``cfg`` (they may have been
+    overridden by a file or a flag); the machine settings from ``settings``. When the run leaves the
+    sandbox unset and one of ``envs`` takes a ``sandbox``, the provider this machine defaults to is
+    recorded, so run.json says what graded."""
+    from palaestra.core.secrets import redact
+
+    out: dict[str, dict[str, Any]] = dict(settings.effective()) if settings is not None else {}
+    given = redact({name: getattr(cfg, name) for name in RUN_SETTINGS})
+    for name in RUN_SETTINGS:
+        out[name] = {"value": given[name], "source": (sources or {}).get(name, "run config")}
+    takes_sandbox = any("sandbox" in inspect.signature(cls).parameters for cls in envs or [])
+    if cfg.sandbox is None and takes_sandbox:
+        from palaestra.sandbox.providers import default_provider_name
+
+        out["sandbox"] = {"value": default_provider_name(), "source": "default (this machine)"}
+    return out
+
+
+def env_options(cfg: RunConfig) -> dict[str, Any]:
+    """Constructor arguments for the run's environments (each takes those its ``__init__`` names).
+
+    Built from the run's config alone, so a Ray worker or an environment process gets the same ones."""
+    options: dict[str, Any] = {
+        "sandbox": cfg.sandbox, "scoring": cfg.code_scoring, "judge": cfg.judge_model,
+        "judge_model_name": cfg.judge_model_name, "judge_api_key_env": cfg.judge_api_key_env,
+        "run_id": cfg.run_id, "nemo_compat": cfg.nemo_compat,
+    }
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -78,13 +135,40 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of run options")
+    from palaestra.adapters import nemo_gym_families
+
+    if nemo_gym_families.is_nemo_config(data):
+        return _nemo_config_values(p, data)
     return {k.replace("-", "_"): v for k, v in data.items()}
 
 
-def resolve(flags: dict[str, Any], config_file: str | None = None) -> tuple[RunConfig, dict[str, str]]:
-    """Merge defaults < file < flags (a flag left at None does not override)."""
+def _nemo_config_values(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """A NeMo Gym config file (resources servers, agents, models) as run options: its routing, i.e. each
+    agent instance → the resources server it names, so rows whose ``agent_ref`` names that agent run in
+    that family's environment. Everything else in it (ports, model servers, dataset paths) describes
+    NeMo Gym's own processes and has no Palaestra counterpart; a config that routes nothing is refused."""
+    from palaestra.adapters import nemo_gym_families
+
+    routes = nemo_gym_families.routes_from_nemo_config(data)
+    if not routes:
+        raise ConfigError(f"{path}: a NeMo Gym config that defines no resources server or agent to route rows to",
+                          hint="give the config of the resources server and its agent (resources_servers/"
+                               "<name>/configs/<name>.yaml)")
+    return {"routes": routes}
+
+
+def resolve(flags: dict[str, Any], config_file: str | None = None,
+            settings: Settings | None = None) -> tuple[RunConfig, dict[str, str]]:
+    """Merge defaults < variables (``settings``' run settings) < file < flags (a flag left at None does
+    not override)."""
     sources = {name: "default" for name in RunConfig.model_fields}
     values: dict[str, Any] = {}
+    if settings is not None:
+        for name in settings.RUN_FIELDS:
+            value = getattr(settings, name)
+            if value is not None:
+                values[name] = value
+                sources[name] = settings.source(name)
     if config_file:
         file_values = load_yaml(config_file)
         unknown = sorted(set(file_values) - set(RunConfig.model_fields))

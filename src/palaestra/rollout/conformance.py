@@ -137,11 +137,12 @@ async def _grading_failures(env: EnvClient, probes: list[GradingProbe]) -> tuple
 
 
 async def check_env(spec: str, placement: str = "inprocess", limit: int | None = None,
-                    tasks: list[Task] | None = None) -> CheckReport:
+                    tasks: list[Task] | None = None, options: dict[str, Any] | None = None) -> CheckReport:
     """``tasks`` (e.g. from ``env check --input``) replace the bundled ones, so a new environment can be
-    checked before it has a ``data/`` folder."""
+    checked before it has a ``data/`` folder. ``options``: the environment's constructor options
+    (``rollout.config.env_options``; ``env check --sandbox``)."""
     given = tasks is not None
-    mounted = await mount_env(spec, placement)
+    mounted = await mount_env(spec, placement, options)
     env = mounted.client
     try:
         info = await env.info()
@@ -202,8 +203,4 @@ async def check_env(spec: str, placement: str = "inprocess", limit: int | None =
 
 
 async def _live_sessions(env: EnvClient) -> int | None:
-    health = getattr(env, "health", None)
-    if health is not None:
-        return int((await health()).get("sessions", 0))
-    host = getattr(env, "host", None)
-    return len(host.sessions) if host is not None else None
+    return int((await env.health()).get("sessions", 0))  # every transport answers health

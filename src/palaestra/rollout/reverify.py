@@ -19,6 +19,7 @@ from palaestra.metrics.summary import RunStatus, compute_metrics, run_status
 from palaestra.placement import mount_env
 from palaestra.rollout import rundir
 from palaestra.rollout.compact import compact_rollout
+from palaestra.rollout.config import RUN_SETTINGS, RunConfig, env_options
 from palaestra.rollout.journal import encode_record
 from palaestra.rollout.tasks import read_tasks
 
@@ -48,10 +49,14 @@ async def reverify_run(run_dir: Path, *, placement: str = "inprocess", concurren
         raise PalaestraError(f"{run_dir} is not a run directory (no {rundir.TASKS})", kind="config",
                              hint="give the --out directory of a run")
     tasks = {t.id: t for t in read_tasks(run_dir / rundir.TASKS)}
-    from palaestra.rollout.collector import read_rollouts  # late: the collector imports the whole runtime
+    from palaestra.rollout.results import read_rollouts
 
     _, rollouts, problems, invalid = read_rollouts(run_dir / rundir.JOURNAL)
-    envs = {name: await mount_env(name, placement) for name in sorted({r.env for r in rollouts})}
+    # the environments get the run's own settings (its sandbox, scoring, judge, run id), as recorded in run.json
+    recorded = rundir.read_manifest(run_dir).get("config", {}) if (run_dir / rundir.RUN_JSON).is_file() else {}
+    options = env_options(RunConfig.model_validate(
+        {k: recorded[k] for k in (*RUN_SETTINGS, "run_id") if recorded.get(k) is not None}))
+    envs = {name: await mount_env(name, placement, options) for name in sorted({r.env for r in rollouts})}
     sem = asyncio.Semaphore(concurrency)
     result = ReverifyResult(metrics={}, journal_problems=problems + invalid)
 

@@ -84,7 +84,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def versions() -> dict[str, str]:
-    from palaestra import __version__
+    from palaestra.core.version import __version__
 
     return {"palaestra": __version__, "python": sys.version.split()[0], "platform": platform.platform()}
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any, Protocol, TypeVar
 
+from palaestra.adapters import nemo_gym_rows as nemo_rows
 from palaestra.agents.base import Agent, BackendChat, ToolSurface
 from palaestra.client.env_client import EnvClient
 from palaestra.core import ids
@@ -77,7 +78,9 @@ async def run_rollout(
         phase = "agent"
         t0 = time.perf_counter()
         surface = ToolSurface(env, session)
-        traj = await agent.run(task, session, surface, BackendChat(proxy, rid), dict(sampling or {}))
+        # a NeMo Gym row's own request settings (tool_choice, sampling, ...), under the run's flags
+        call_settings = {**nemo_rows.task_settings(task), **(sampling or {})}
+        traj = await agent.run(task, session, surface, BackendChat(proxy, rid), call_settings)
         timings["agent_s"] = time.perf_counter() - t0
 
         phase = "verify"

@@ -74,10 +74,11 @@ def _has_content(messages: list[dict[str, object]]) -> bool:
     return False
 
 
-def _load(input_path: str | None, env: str | None, limit: int | None) -> tuple[list[_Row], list[RowProblem]]:
+def _load(input_path: str | None, env: str | None, limit: int | None,
+          routes: dict[str, str] | None = None) -> tuple[list[_Row], list[RowProblem]]:
     default_env = load_env_class(env).name if env else ""  # a user file's spec → its short name
     if input_path:
-        loaded = load_task_file(input_path, default_env)
+        loaded = load_task_file(input_path, default_env, routes)  # routes: NeMo Gym agent_ref → environment
         name = Path(input_path).name
         rows = [_Row(t, name, line) for t, line in zip(loaded.tasks, loaded.lines, strict=True)]
         problems = list(loaded.problems)
@@ -105,7 +106,7 @@ def refuse(problems: list[RowProblem]) -> InvalidTask:
 def _entry_tasks(cfg: RunConfig, entry: RunEntry) -> tuple[list[Task], list[RowProblem]]:
     """An entry's tasks, with its agent and model pinned and ids made unique across entries."""
     rows, problems = _load(entry.input, entry.env or (cfg.env if not entry.input else None) or cfg.env,
-                           entry.limit or cfg.limit)
+                           entry.limit or cfg.limit, cfg.routes)
     pinned = []
     for row in rows:
         t = row.task
@@ -133,7 +134,7 @@ def select_tasks(cfg: RunConfig) -> tuple[list[Task], list[str]]:
             tasks += entry_tasks
             problems += entry_problems
     else:
-        rows, problems = _load(cfg.input, cfg.env, cfg.limit)
+        rows, problems = _load(cfg.input, cfg.env, cfg.limit, cfg.routes)
         tasks = [r.task for r in rows]
     if problems and not cfg.skip_invalid:
         raise refuse(problems)

@@ -6,6 +6,7 @@ A malformed row is reported with its file, line and field; the run refuses to st
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,9 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from palaestra.adapters import nemo_gym_families as nemo_families
+from palaestra.adapters import nemo_gym_rows as nemo_rows
+from palaestra.adapters.nemo_gym_rows import to_native
 from palaestra.core.errors import InvalidTask, PalaestraError
 from palaestra.core.records import Task
 
@@ -58,62 +62,89 @@ def problem_from_check(file: str, line: int, exc: Exception) -> RowProblem:
     return RowProblem(file, line, fld, message, hint)
 
 
-def _content_text(content: Any) -> Any:
-    """Responses-API content parts ({"type": "input_text", "text": ...}) become plain chat content."""
-    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
-        texts = [p.get("text") for p in content if p.get("type") in ("input_text", "text", "output_text")]
-        if len(texts) == len(content) and all(isinstance(t, str) for t in texts):
-            return "".join(t for t in texts if t)
-    return content
-
-
 def _row_id(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError("id: must be a string or a number")
     return str(value)
 
 
-def from_nemo_gym(row: dict[str, Any], default_id: str, default_env: str) -> dict[str, Any]:
-    """Map a NeMo Gym row to a Palaestra task row, keeping every verifier field in ``metadata``."""
+# Responses input item types a row may hold (others, e.g. hosted-tool calls, cannot be replayed to a model).
+_NEMO_ITEM_TYPES = {"message", "reasoning", "function_call", "function_call_output", "custom_tool_call",
+                    "custom_tool_call_output", "item_reference"}
+_NEMO_TOOL_TYPES = {"function", "custom"}
+
+
+def _check_nemo_request(params: dict[str, Any]) -> None:
+    """Refuse, naming the field, what the Responses request holds that no model could be sent."""
+    raw_input = params.get("input")
+    if isinstance(raw_input, list):
+        for i, item in enumerate(raw_input):
+            if not isinstance(item, dict):
+                raise ValueError(f"responses_create_params.input[{i}]: expected an input item (an object)")
+            kind = item.get("type", "message")
+            if kind not in _NEMO_ITEM_TYPES:
+                raise ValueError(f"responses_create_params.input[{i}]: unknown input item type {kind!r} "
+                                 f"(known: {', '.join(sorted(_NEMO_ITEM_TYPES))})")
+            if kind == "message" and not isinstance(item.get("role"), str):
+                raise ValueError(f"responses_create_params.input[{i}]: expected a message with a 'role'")
+    elif not isinstance(raw_input, str):
+        raise ValueError("responses_create_params.input: must be a string or a list of input items")
+    tools = params.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise ValueError("responses_create_params.tools: must be a list")
+    for i, tool in enumerate(tools or []):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind not in _NEMO_TOOL_TYPES:
+            raise ValueError(f"responses_create_params.tools[{i}]: tool type {kind!r} cannot be offered to a model "
+                             "through Palaestra (function and custom tools can)")
+        if kind == "function" and not isinstance(tool.get("name") or (tool.get("function") or {}).get("name"), str):
+            raise ValueError(f"responses_create_params.tools[{i}]: a function tool needs a 'name'")
+
+
+def from_nemo_gym(row: dict[str, Any], default_id: str, default_env: str,
+                  routes: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Map a NeMo Gym row to a Palaestra task row, keeping every verifier field in ``metadata``.
+
+    The Responses request is translated exactly into chat messages and tools (every input item type:
+    messages with content parts, reasoning, function calls and their outputs; flat and Chat-style tools)
+    and also kept as it is (``metadata.nemo_gym_request``), with its per-call settings (``tool_choice``,
+    ``parallel_tool_calls``, sampling) applied to every model call of the rollout. ``agent_ref`` routes
+    the row (``adapters.nemo_gym_families.route_agent_ref``); ``default_env`` serves rows it does not."""
     params = row.get("responses_create_params")
     if not isinstance(params, dict):
         raise ValueError("responses_create_params: must be an object")
-    raw_input = params.get("input")
-    if isinstance(raw_input, str):
-        messages: Any = raw_input
-    elif isinstance(raw_input, list):
-        messages = []
-        for i, item in enumerate(raw_input):
-            if not isinstance(item, dict) or "role" not in item:
-                raise ValueError(f"responses_create_params.input[{i}]: expected a message with a 'role'")
-            messages.append({"role": item["role"], "content": _content_text(item.get("content"))})
-    else:
-        raise ValueError("responses_create_params.input: must be a string or a list of messages")
-    if isinstance(params.get("instructions"), str) and isinstance(messages, list):
-        messages.insert(0, {"role": "system", "content": params["instructions"]})
+    _check_nemo_request(params)
+    chat = nemo_rows.chat_request(params)
+    raw_input = params["input"]
+    messages: Any = raw_input if isinstance(raw_input, str) and not params.get("instructions") else chat["messages"]
     metadata = {k: v for k, v in row.items() if k not in _NEMO_STRUCTURAL}
     agent_ref = row.get("agent_ref")
     if agent_ref is not None:
-        metadata["nemo_gym_agent_ref"] = agent_ref
-    sampling = {k: params[k] for k in ("temperature", "max_output_tokens", "top_p") if k in params}
+        metadata[nemo_rows.AGENT_REF_KEY] = agent_ref
+    sampling = {k: params[k] for k in ("temperature", "max_output_tokens", "top_p") if params.get(k) is not None}
     if sampling:
-        metadata["nemo_gym_sampling"] = sampling
+        metadata[nemo_rows.SAMPLING_KEY] = sampling
+    metadata[nemo_rows.REQUEST_KEY] = params
+    server, routed = nemo_families.route_agent_ref(agent_ref, routes)
+    env = routed or default_env
+    if not env and server is not None and (why := nemo_families.refusal(server)):
+        raise ValueError(f"agent_ref: resources server '{server}' is not graded natively: {why}")
     out: dict[str, Any] = {
         "id": _row_id(row.get("id") or row.get("uuid") or row.get("task_id") or default_id),
-        "env": default_env,
+        "env": env,
         "input": messages,
-        "metadata": metadata,
+        "metadata": to_native(env, metadata, server) if env else metadata,
     }
-    if params.get("tools"):
-        out["tools"] = params["tools"]
+    if chat.get("tools"):
+        out["tools"] = chat["tools"]
     return out
 
 
-def parse_row(row: Any, default_id: str, default_env: str) -> Task:
+def parse_row(row: Any, default_id: str, default_env: str, routes: Mapping[str, str] | None = None) -> Task:
     if not isinstance(row, dict):
         raise ValueError("(row): expected a JSON object")
     if "responses_create_params" in row:
-        row = from_nemo_gym(row, default_id, default_env)
+        row = from_nemo_gym(row, default_id, default_env, routes)
     else:
         row = dict(row)
         row.setdefault("id", default_id)
@@ -147,8 +178,9 @@ def _read_rows(path: Path) -> list[tuple[int, Any, str | None]]:
     return rows
 
 
-def load_task_file(path: str | Path, default_env: str = "") -> LoadedTasks:
-    """Read and validate every row; problems are collected (not raised) so all are reported at once."""
+def load_task_file(path: str | Path, default_env: str = "", routes: Mapping[str, str] | None = None) -> LoadedTasks:
+    """Read and validate every row; problems are collected (not raised) so all are reported at once.
+    ``routes`` maps NeMo Gym agent names to environments (from NeMo Gym config files)."""
     p = Path(path)
     if not p.is_file():
         raise InvalidTask(f"task file not found: {p}", hint="give --input a JSONL or Parquet file")
@@ -159,7 +191,7 @@ def load_task_file(path: str | Path, default_env: str = "") -> LoadedTasks:
             out.problems.append(RowProblem(p.name, lineno, "(line)", err))
             continue
         try:
-            task = parse_row(row, f"L{lineno}", default_env)
+            task = parse_row(row, f"L{lineno}", default_env, routes)
         except ValidationError as exc:
             for e in exc.errors():
                 out.problems.append(RowProblem(p.name, lineno, ".".join(str(x) for x in e["loc"]), e["msg"]))
@@ -178,6 +210,13 @@ def load_task_file(path: str | Path, default_env: str = "") -> LoadedTasks:
             out.problems.append(RowProblem(p.name, lineno, "metadata", f"nests too deep to store ({exc})"))
             continue
         if not task.env:
+            ref = task.metadata.get(nemo_rows.AGENT_REF_KEY)
+            if isinstance(ref, dict) and ref.get("name"):  # a NeMo Gym row whose agent routes nowhere known
+                out.problems.append(RowProblem(
+                    p.name, lineno, "agent_ref", f"agent '{ref['name']}' names no resources server Palaestra has "
+                    "an environment for", "pass --env, or give the NeMo Gym config that defines the agent as "
+                    "--config (families: " + ", ".join(nemo_families.graded_families()) + ")"))
+                continue
             out.problems.append(RowProblem(p.name, lineno, "env", "no environment: name one in the row or pass --env"))
             continue
         if task.id in seen:

@@ -28,10 +28,11 @@ from palaestra.sandbox.capture import Captured, decode
 from palaestra.sandbox.hostbox import Command, HostSandbox
 from palaestra.sandbox.hostprovider import HostProvider
 from palaestra.sandbox.types import SandboxError
+from palaestra.settings import machine
 
 
 def apptainer_path() -> str | None:
-    explicit = os.environ.get("PALAESTRA_APPTAINER")
+    explicit = machine().apptainer_bin  # $PALAESTRA_APPTAINER
     if explicit:
         return explicit if os.access(explicit, os.X_OK) else None
     return shutil.which("apptainer") or shutil.which("singularity")

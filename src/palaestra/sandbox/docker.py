@@ -15,7 +15,6 @@ or ``always`` (the ``pull`` argument, or ``$PALAESTRA_DOCKER_PULL``) let the eng
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -27,6 +26,7 @@ from palaestra.sandbox.capture import decode
 from palaestra.sandbox.docker_box import DockerSandbox, cli, seed_files
 from palaestra.sandbox.registry import Registry, is_own, new_box_id, owner_alive, owner_fields
 from palaestra.sandbox.types import SandboxError, SandboxSpec
+from palaestra.settings import Settings, machine
 
 PULL_POLICIES = ("never", "missing", "always")
 
@@ -34,16 +34,18 @@ PULL_POLICIES = ("never", "missing", "always")
 class DockerProvider(SandboxProvider):
     name = "docker"
     binary_env: ClassVar[str] = "PALAESTRA_DOCKER"
+    binary_setting: ClassVar[str] = "docker_bin"
     default_binary: ClassVar[str] = "docker"
 
     def __init__(self, registry: Registry | None = None, *, reap: bool = True, image: str | None = None,
-                 pull: str | None = None) -> None:
+                 pull: str | None = None, settings: Settings | None = None) -> None:
         """``image``: used when a spec names none; ``pull``: ``never`` (the default), ``missing`` or
-        ``always``. Left out, each falls back to its ``$PALAESTRA_DOCKER_*`` variable."""
-        self.binary = os.environ.get(self.binary_env) or shutil.which(self.default_binary) or self.default_binary
-        self.user = os.environ.get("PALAESTRA_DOCKER_USER", "65534:65534")
-        self.image = image
-        self.pull = (pull or os.environ.get("PALAESTRA_DOCKER_PULL") or "never").strip().lower()
+        ``always``. Left out, each falls back to ``settings`` (``$PALAESTRA_DOCKER_*``)."""
+        s = machine(settings)
+        self.binary = self._binary(s) or self.default_binary
+        self.user = s.docker_user
+        self.image = image or s.docker_image
+        self.pull = (pull or s.docker_pull or "never").strip().lower()
         if self.pull not in PULL_POLICIES:
             raise SandboxError(f"unknown docker pull policy {self.pull!r}",
                                hint=f"use one of {', '.join(PULL_POLICIES)}")
@@ -53,12 +55,17 @@ class DockerProvider(SandboxProvider):
 
     @classmethod
     def availability(cls) -> tuple[bool, str]:
-        return _engine_probe(os.environ.get(cls.binary_env) or shutil.which(cls.default_binary) or "")
+        return _engine_probe(cls._binary(machine()) or "")
+
+    @classmethod
+    def _binary(cls, settings: Settings) -> str | None:
+        """``$PALAESTRA_DOCKER`` (``$PALAESTRA_PODMAN``), else the engine on PATH."""
+        return getattr(settings, cls.binary_setting) or shutil.which(cls.default_binary)
 
     async def create(self, spec: SandboxSpec | None = None) -> DockerSandbox:
         self.require()
         spec = spec or SandboxSpec()
-        image = spec.image or self.image or os.environ.get("PALAESTRA_DOCKER_IMAGE")
+        image = spec.image or self.image
         if not image:
             raise SandboxError("the docker provider needs an image",
                                hint="set SandboxSpec.image, a task's metadata.image, or PALAESTRA_DOCKER_IMAGE")
@@ -190,4 +197,5 @@ def _probe_once(binary: str) -> tuple[bool, str]:
 class PodmanProvider(DockerProvider):
     name = "podman"
     binary_env = "PALAESTRA_PODMAN"
+    binary_setting = "podman_bin"
     default_binary = "podman"

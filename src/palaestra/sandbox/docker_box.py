@@ -11,16 +11,25 @@ import posixpath
 import tarfile
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from palaestra.sandbox.base import Sandbox
 from palaestra.sandbox.capture import Captured, decode, run_captured
 from palaestra.sandbox.cgroups import BoxCgroups
 from palaestra.sandbox.oslevel import killpg
+from palaestra.sandbox.registry import Registry
 from palaestra.sandbox.types import ExecResult, SandboxError, SandboxSpec, SandboxStatus, as_bytes, merge_env
 
-if TYPE_CHECKING:
-    from palaestra.sandbox.docker import DockerProvider
+
+class DockerProvider(Protocol):
+    """What a container needs of its provider (``docker.DockerProvider``). A protocol, not an import: the
+    provider module imports this one, and the two must not import each other."""
+
+    @property
+    def name(self) -> str: ...
+    binary: str
+    user: str
+    registry: Registry
 
 _WRAP = '"$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
 

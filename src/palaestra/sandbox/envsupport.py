@@ -2,12 +2,12 @@
 sandbox to its run and task, and which Python a sandboxed command can run.
 
 Provider choice for a task: ``metadata.sandbox`` (a provider name), else the environment's own
-``sandbox`` argument (a name or a provider instance), else ``$PALAESTRA_SANDBOX``, else the default
+``sandbox`` argument (a name or a provider instance: ``--sandbox`` or ``$PALAESTRA_SANDBOX``, passed down
+from the edge), else the machine's default
 (``local`` where bubblewrap works, else ``process``)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from palaestra.core.records import Task
@@ -28,10 +28,9 @@ def provider_for(task: Task | None = None, default: str | SandboxProvider | None
     return get_provider(default or None)
 
 
-def labels_for(env: str, task: Task, **extra: str) -> dict[str, str]:
-    """``run_id`` comes from ``$PALAESTRA_RUN_ID`` when the orchestrator sets it."""
+def labels_for(env: str, task: Task, run_id: str | None = None, **extra: str) -> dict[str, str]:
+    """``run_id``: the run the environment was built for (its ``run_id`` option), when it was."""
     labels = {"env": env, "task_id": task.id[:200]}
-    run_id = os.environ.get("PALAESTRA_RUN_ID")
     if run_id:
         labels["run_id"] = run_id
     labels.update(extra)

@@ -27,10 +27,11 @@ from palaestra.sandbox.hostbox import Command, HostSandbox
 from palaestra.sandbox.hostprovider import HostProvider, world_traversable
 from palaestra.sandbox.oslevel import IS_LINUX
 from palaestra.sandbox.types import SandboxError
+from palaestra.settings import machine
 
 
 def bwrap_path() -> str | None:
-    explicit = os.environ.get("PALAESTRA_BWRAP")
+    explicit = machine().bwrap_bin  # $PALAESTRA_BWRAP
     if explicit:
         return explicit if os.access(explicit, os.X_OK) else None
     return shutil.which("bwrap")

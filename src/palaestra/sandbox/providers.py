@@ -1,16 +1,18 @@
 """Provider names → classes, the shared instance per name, and the default choice.
 
-Choice, first match wins: an explicit name (a task's ``metadata.sandbox``, ``--sandbox``), then
-``$PALAESTRA_SANDBOX``, then ``local`` on Linux when bubblewrap works, else ``process`` (which warns).
+Choice, first match wins: an explicit name (a task's ``metadata.sandbox``, ``--sandbox`` or
+``$PALAESTRA_SANDBOX`` as the edge read it into the run's settings), then ``local`` on Linux when
+bubblewrap works, else ``process`` (which warns).
 ``none`` is never chosen implicitly."""
 
 from __future__ import annotations
 
-import importlib
-import os
 import threading
 from typing import Any
 
+from palaestra.core.errors import ConfigError
+from palaestra.plugins.registry import registry as plugin_registry
+from palaestra.plugins.spec import parse_spec
 from palaestra.sandbox.base import SandboxProvider
 from palaestra.sandbox.types import SandboxError
 
@@ -27,21 +29,41 @@ _CLASSES: dict[str, str] = {
 }
 NAMES = ("local", "process", "docker", "podman", "apptainer", "none")
 
+# The built-ins above are plugins of the ``sandboxes`` group; installed packages add providers (a
+# SandboxProvider subclass) through the ``palaestra.sandboxes`` entry-point group.
+REGISTRY = plugin_registry("sandboxes", declare=False)
+REGISTRY.add_builtins(_CLASSES)
+
+
+def provider_names() -> list[str]:
+    """The built-in providers in their usual order, then those installed packages provide."""
+    return [*NAMES, *(n for n in REGISTRY.names() if n not in _CLASSES)]
+
 _instances: dict[str, SandboxProvider] = {}
 _lock = threading.Lock()
 
 
 def provider_class(name: str) -> type[SandboxProvider]:
-    target = _CLASSES.get(name)
-    if target is None:
-        raise SandboxError(f"unknown sandbox provider '{name}'", hint=f"use one of: {', '.join(NAMES)}")
-    module, _, cls = target.partition(":")
-    klass: type[SandboxProvider] = getattr(importlib.import_module(module), cls)
+    """The class behind a provider spec (a name in the plugin grammar; providers take no options)."""
+    try:
+        spec = parse_spec(name, what="sandbox provider")
+        spec.check_options(())
+    except ConfigError as exc:
+        raise SandboxError(exc.message, hint=exc.hint) from None
+    if spec.name or REGISTRY.get(spec.kind) is None:
+        raise SandboxError(f"unknown sandbox provider '{name}'", hint=f"use one of: {', '.join(provider_names())}")
+    try:
+        klass: type[SandboxProvider] = REGISTRY.load(spec.kind)
+    except ConfigError as exc:
+        raise SandboxError(exc.message, hint=exc.hint) from None
+    if not (isinstance(klass, type) and issubclass(klass, SandboxProvider)):
+        raise SandboxError(f"sandbox provider plugin '{name}' is not a SandboxProvider subclass")
     return klass
 
 
-def default_provider_name() -> str:
-    explicit = os.environ.get(ENV_VAR, "").strip().lower()
+def default_provider_name(preferred: str | None = None) -> str:
+    """``preferred`` (the run's ``sandbox`` setting) when given, else what works on this machine."""
+    explicit = (preferred or "").strip().lower()
     if explicit:
         return explicit
     from palaestra.sandbox.local import LocalProvider
@@ -63,7 +85,7 @@ def get_provider(name: str | None = None) -> SandboxProvider:
             ok, why = klass.availability()
             if not ok:
                 raise SandboxError(f"sandbox provider '{name}' is not usable here: {why}",
-                                   hint=f"pick another with {ENV_VAR}=local|process|docker|none")
+                                   hint=f"pick another with --sandbox (or {ENV_VAR}) local|process|docker|none")
             provider = klass()
             _instances[name] = provider
     return provider
@@ -72,7 +94,7 @@ def get_provider(name: str | None = None) -> SandboxProvider:
 def available_providers() -> dict[str, tuple[bool, str]]:
     """Every known provider with (usable?, reason); never raises."""
     out: dict[str, tuple[bool, str]] = {}
-    for name in NAMES:
+    for name in provider_names():
         try:
             out[name] = provider_class(name).availability()
         except Exception as exc:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from palaestra.sandbox.types import SandboxError
+from palaestra.settings import machine
 
 UID_RANGE_ENV = "PALAESTRA_SANDBOX_UIDS"
 STATE_ENV = "PALAESTRA_SANDBOX_STATE"
@@ -31,12 +32,13 @@ DEFAULT_UIDS = (61000, 63999)
 def state_root() -> Path:
     """Where records and box directories live: ``$PALAESTRA_SANDBOX_STATE``, else ``/run/palaestra``
     for root, ``$XDG_RUNTIME_DIR/palaestra`` or ``/tmp/palaestra-<uid>`` for a user."""
-    explicit = os.environ.get(STATE_ENV)
+    s = machine()
+    explicit = s.sandbox_state  # $PALAESTRA_SANDBOX_STATE
     if explicit:
         return Path(explicit)
     if os.geteuid() == 0 and os.access("/run", os.W_OK):
         return Path("/run/palaestra")
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    runtime = s.runtime_dir
     if runtime and os.access(runtime, os.W_OK):
         return Path(runtime) / "palaestra"
     return Path(tempfile.gettempdir()) / f"palaestra-{os.geteuid()}"
@@ -133,7 +135,7 @@ class Registry:
     # ---- dedicated uids ------------------------------------------------------------------------
     @staticmethod
     def uid_range() -> tuple[int, int]:
-        raw = os.environ.get(UID_RANGE_ENV)
+        raw = machine().sandbox_uids  # $PALAESTRA_SANDBOX_UIDS
         if not raw:
             return DEFAULT_UIDS
         try:

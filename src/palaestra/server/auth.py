@@ -5,19 +5,22 @@ token check, kept for apps embedded elsewhere."""
 from __future__ import annotations
 
 import hmac
-import os
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from palaestra.core.errors import ConfigError
 from palaestra.server.security import LOOPBACK
+from palaestra.wire.errors import error_bytes
 
 __all__ = ["LOOPBACK", "TOKEN_ENV", "BearerAuth", "check_bind", "protect", "token_from_env"]
 TOKEN_ENV = "PALAESTRA_TOKEN"
 
 
 def token_from_env(var: str = TOKEN_ENV) -> str | None:
-    return os.environ.get(var) or None
+    """The token in the variable ``var`` (a server's ``--token-env``; ``$PALAESTRA_TOKEN`` by default)."""
+    from palaestra.settings import variable
+
+    return variable(var)
 
 
 def check_bind(host: str, token: str | None, *, token_env: str = TOKEN_ENV) -> None:
@@ -48,8 +51,8 @@ class BearerAuth:
         if hmac.compare_digest(given, self._expected):
             await self.app(scope, receive, send)
             return
-        body = b'{"error":{"kind":"unauthorized","message":"missing or wrong bearer token","hint":' \
-               b'"send Authorization: Bearer <the server token>"}}'
+        body = error_bytes("unauthorized", "missing or wrong bearer token",
+                           "send Authorization: Bearer <the server token>")
         await send({"type": "http.response.start", "status": 401,
                     "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
         await send({"type": "http.response.body", "body": body})

@@ -10,8 +10,6 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import orjson
-from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
@@ -19,18 +17,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from palaestra.core.environment import Environment
-from palaestra.core.errors import (
-    BadArguments,
-    InvalidTask,
-    PalaestraError,
-    SessionLimit,
-    UnknownSession,
-    UnknownTool,
-)
+from palaestra.core.errors import PalaestraError
 from palaestra.core.records import Task, Trajectory
 from palaestra.server.http import JSON, error_response, from_exception, read_json
 from palaestra.server.openapi import openapi_document
 from palaestra.server.sessions import EnvironmentHost
+from palaestra.wire.errors import status_for, tool_arguments, unexpected
 
 
 class _NotAnObject(PalaestraError):
@@ -62,39 +54,25 @@ register_url_convertor("tool_name", _ToolNameConvertor())
 _JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
                list: "an array"}
 
-_STATUS = {
-    _NotAnObject: 422,
-    UnknownSession: 404,
-    UnknownTool: 404,
-    BadArguments: 422,
-    InvalidTask: 422,
-    SessionLimit: 429,
-}
-
 Handler = Callable[[Request], Awaitable[Response]]
 
 
 def _guard(fn: Handler) -> Handler:
-    """Turn every failure into a JSON error; infrastructure failures are 5xx with their kind."""
+    """Turn every failure into a JSON error with the codec's status (``wire.errors``): the in-process
+    transports answer the same statuses, so a fault is one failure kind on every placement."""
 
     async def wrapped(request: Request) -> Response:
         try:
             return await fn(request)
+        except _NotAnObject as exc:
+            return from_exception(exc, 422)
         except PalaestraError as exc:
-            status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), None)
-            if status is None:
-                status = 400 if exc.kind in ("bad_request", "invalid_task") else 500
-            return from_exception(exc, status)
-        except ValidationError as exc:
-            return error_response("bad_request", _validation_message(exc), 422, "fix the named fields")
-        except Exception as exc:  # last resort: still JSON, still no stack
-            return error_response("environment", f"{type(exc).__name__}: {exc}"[:2000], 500)
+            return from_exception(exc, status_for(exc))
+        except Exception as exc:  # a body that fails validation (422), or the last resort: JSON, no stack
+            detail, status = unexpected(exc)
+            return JSON({"error": detail}, status_code=status)
 
     return wrapped
-
-
-def _validation_message(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
 
 
 def _obj(body: Any, what: str) -> dict[str, Any]:
@@ -130,17 +108,7 @@ def create_env_app(host: EnvironmentHost | Environment, *, reap_interval_s: floa
     async def call_tool(request: Request) -> Response:
         sid, name = request.path_params["sid"], request.path_params["name"]
         h.get(sid)
-        body = await request.body()
-        try:
-            args = orjson.loads(body) if body else {}  # no body at all: a tool without arguments
-        except ValueError as exc:
-            raise BadArguments(
-                f"arguments for tool '{name}' are not valid JSON ({exc})",
-                hint="send the tool's arguments as one JSON object",
-            ) from None
-        if not isinstance(args, dict):
-            raise BadArguments(f"arguments for tool '{name}' must be a JSON object, got {type(args).__name__}",
-                               hint="send the tool's arguments as one JSON object ({} for none)")
+        args = tool_arguments(await request.body(), name)  # no body at all: a tool without arguments
         result = await h.call_tool(sid, name, args)
         return JSON(result.to_dict())
 

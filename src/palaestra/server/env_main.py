@@ -11,9 +11,11 @@ by hand, it generates one, prints it once on stderr and writes it to a 0600 toke
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import threading
+from typing import Any
 
 from palaestra.core.errors import PalaestraError
 from palaestra.envs.registry import load_env
@@ -22,6 +24,7 @@ from palaestra.server.env_app import create_env_app
 from palaestra.server.security import GuardPolicy, choose_token, default_token_file, write_token_file
 from palaestra.server.serving import run_guarded
 from palaestra.server.sessions import EnvironmentHost
+from palaestra.settings import Settings
 
 
 def _watch_parent() -> None:
@@ -40,15 +43,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--ttl", type=float, default=3600.0)
-    p.add_argument("--max-sessions", type=int, default=10_000)
+    p.add_argument("--max-sessions", type=int, default=None, help="session cap (default: the environment's own)")
     p.add_argument("--watch-stdin", action="store_true")
     p.add_argument("--token-env", default=TOKEN_ENV, help="variable holding the bearer token")
     p.add_argument("--token-stdin", action="store_true", help="read the bearer token from stdin's first line")
+    p.add_argument("--options-stdin", action="store_true",
+                   help="read the environment's constructor options (JSON) from the next stdin line")
     p.add_argument("--no-token", action="store_true", help="serve without a token (loopback only)")
     p.add_argument("--token-file", default=None, help="where to write a generated token")
     p.add_argument("--allowed-host", action="append", default=[], help="another Host name clients use")
     a = p.parse_args(argv)
     announce = not a.token_stdin
+    settings = Settings.from_env()  # this process's edge: the one read of its environment
     try:
         if a.token_stdin:
             token: str | None = sys.stdin.buffer.readline().decode().strip() or None
@@ -60,7 +66,15 @@ def main(argv: list[str] | None = None) -> None:
             announce = given is None and token is not None
         check_bind(a.host, token, token_env=a.token_env)
         policy = GuardPolicy.for_bind(a.host, token=token, allowed_hosts=a.allowed_host)
-        env = load_env(a.spec)
+        options: Any = None
+        if a.options_stdin:
+            try:
+                options = json.loads(sys.stdin.buffer.readline() or b"{}")
+            except json.JSONDecodeError as exc:
+                raise PalaestraError(f"--options-stdin: not valid JSON ({exc})", kind="config") from None
+            if not isinstance(options, dict):
+                raise PalaestraError("--options-stdin: the options line is not a JSON object", kind="config")
+        env = load_env(a.spec, options)
     except PalaestraError as exc:
         print(f"error: {exc.message}" + (f"\n  fix: {exc.hint}" if exc.hint else ""), file=sys.stderr)
         sys.exit(2)
@@ -70,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def ready(port: int) -> None:
         if announce and token is not None:
-            where = write_token_file(a.token_file or default_token_file("env", port, os.environ.get("XDG_RUNTIME_DIR")),
+            where = write_token_file(a.token_file or default_token_file("env", port, settings.runtime_dir),
                                      token)
             shown = f"[{a.host}]" if ":" in a.host else a.host
             print(f"environment '{env.name}' on http://{shown}:{port}\n  token: {token}\n  (saved in {where}, "

@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from palaestra.core.errors import PalaestraError
+from palaestra.wire.errors import error_body, exception_body
 
 
 class JSON(Response):
@@ -27,14 +28,12 @@ def _default(obj: Any) -> Any:
 
 
 def error_response(kind: str, message: str, status: int, hint: str | None = None) -> JSON:
-    err: dict[str, Any] = {"kind": kind, "message": message}
-    if hint:
-        err["hint"] = hint
-    return JSON({"error": err}, status_code=status)
+    """The error envelope (built by ``wire.errors``) as a response."""
+    return JSON(error_body(kind, message, hint), status_code=status)
 
 
 def from_exception(exc: PalaestraError, status: int) -> JSON:
-    return JSON({"error": exc.to_dict()}, status_code=status)
+    return JSON(exception_body(exc), status_code=status)
 
 
 async def read_json(request: Request, what: str) -> Any:

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from palaestra.core.errors import ModelError
+from palaestra.wire.errors import error_detail
 from palaestra.wire.translate import TranslationError
 
 if TYPE_CHECKING:
@@ -33,9 +34,7 @@ def _json(data: Any, status: int = 200) -> Response:
 
 
 def _error(kind: str, message: str, status: int, hint: str | None = None, api: str = "chat") -> Response:
-    err: Body = {"kind": kind, "type": kind, "message": message}
-    if hint:
-        err["hint"] = hint
+    err = error_detail(kind, message, hint, type=kind)  # ``type``: what OpenAI and Anthropic clients read
     body: Body = {"type": "error", "error": err} if api == "messages" else {"error": err}
     return _json(body, status)
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from palaestra.core.errors import ModelError
 from palaestra.core.records import ModelCallRecord
 from palaestra.models.base import CallContext, ModelBackend
-from palaestra.wire import translate
+from palaestra.wire import anthropic, responses, translate
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +122,9 @@ class ModelProxy:
         if api == "chat":
             chat_request = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
         elif api == "responses":
-            chat_request = translate.responses_to_chat(body)
+            chat_request = responses.responses_to_chat(body)
         elif api == "messages":
-            chat_request = translate.messages_to_chat(body)
+            chat_request = anthropic.messages_to_chat(body)
         else:
             raise ValueError(f"unknown api {api!r}: use one of {APIS}")
         ctx = self.context(rollout_id)
@@ -157,9 +157,9 @@ class ModelProxy:
             generation_logprobs=logprobs, token_capture=capture_status(gen_ids, logprobs),
             routed_to=routed if isinstance(routed := response.get("palaestra_routed_to"), str) else None))
         if api == "responses":
-            return translate.chat_to_responses(response, body)
+            return responses.chat_to_responses(response, body)
         if api == "messages":
-            return translate.chat_to_messages(response, body)
+            return anthropic.chat_to_messages(response, body)
         return response
 
     def _record(self, rollout_id: str | None, record: ModelCallRecord) -> None:

@@ -3,7 +3,12 @@ languages and for schema-driven fuzzing (schemathesis). Served at ``GET /openapi
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+from pydantic.json_schema import models_json_schema
+
+from palaestra.wire.env import MODELS
 
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
     "type": "object", "required": ["kind", "message"],
@@ -48,6 +53,15 @@ def _responses(ok: dict[str, Any], *errors: int) -> dict[str, Any]:
 _SID = {"name": "sid", "in": "path", "required": True, "schema": {"type": "string"}}
 
 
+@functools.lru_cache(maxsize=1)
+def components() -> dict[str, Any]:
+    """Every request and response body of the environment role, as JSON Schemas generated from the wire
+    models (``wire/env.py``): what a client in another language builds its types from."""
+    _, schema = models_json_schema([(m, "validation") for m in MODELS.values()],
+                                   ref_template="#/components/schemas/{model}")
+    return dict(schema.get("$defs", {}))
+
+
 def openapi_document(env_name: str, version: str) -> dict[str, Any]:
     session = {"type": "object", "required": ["session_id", "tools", "messages"], "properties": {
         "session_id": {"type": "string"}, "tools": {"type": "array", "items": {"type": "object"}},
@@ -55,6 +69,7 @@ def openapi_document(env_name: str, version: str) -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": f"Palaestra environment '{env_name}'", "version": version},
+        "components": {"schemas": components()},
         "paths": {
             "/sessions": {"post": {"summary": "Seed a session from a task",
                                    "requestBody": {"required": True, **_json({"type": "object", "required": ["task"],

@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
-import orjson
-
 from palaestra.core.errors import ConfigError
+from palaestra.wire.errors import error_bytes
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -280,7 +279,7 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, kind:
         await receive()  # websocket.connect
         await send({"type": "websocket.close", "code": 1008, "reason": kind})
         return
-    body = orjson.dumps({"error": {"kind": kind, "message": message, "hint": hint}})
+    body = error_bytes(kind, message, hint)
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *(extra or [])]})

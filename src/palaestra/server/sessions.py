@@ -38,10 +38,11 @@ class Session:
 class EnvironmentHost:
     """Owns an Environment instance and its live sessions."""
 
-    def __init__(self, env: Environment, *, ttl_s: float = 3600.0, max_sessions: int = 10_000) -> None:
+    def __init__(self, env: Environment, *, ttl_s: float = 3600.0, max_sessions: int | None = None) -> None:
+        """``max_sessions`` None: the environment's own cap (``Environment.max_sessions``)."""
         self.env = env
         self.ttl_s = ttl_s
-        self.max_sessions = max_sessions
+        self.max_sessions = max_sessions if max_sessions is not None else env.max_sessions
         self.sessions: dict[str, Session] = {}
         self.closed_total = 0
         self._tools_cache: list[dict[str, Any]] | None = None

@@ -5,7 +5,6 @@ environments it mounts are shared between them."""
 from __future__ import annotations
 
 import asyncio
-import os
 
 from palaestra.core.errors import ConfigError, PalaestraError
 from palaestra.core.secrets import redact_url
@@ -21,8 +20,9 @@ def make_policy_backend(policy: PolicyEndpoint) -> ModelBackend:
     """An OpenAI-compatible client for the trainer's endpoint, asking for token ids when told to."""
     from palaestra.models.factory import TOKEN_CAPTURE_FIELDS
     from palaestra.models.openai_http import OpenAIBackend
+    from palaestra.settings import variable
 
-    key = os.environ.get(policy.api_key_env) if policy.api_key_env else None
+    key = variable(policy.api_key_env) if policy.api_key_env else None
     backend: ModelBackend = OpenAIBackend(policy.base_url, model=policy.model, api_key=key, timeout=policy.timeout_s,
                                           max_concurrency=policy.max_concurrency,
                                           extra_body=dict(TOKEN_CAPTURE_FIELDS) if policy.capture_tokens else None)
@@ -47,9 +47,11 @@ class RolloutService:
                 self._envs[key] = await mount_env(name, placement)
             return self._envs[key]
 
-    async def submit(self, spec: JobSpec, *, backend: ModelBackend | None = None) -> Job:
+    async def submit(self, spec: JobSpec, *, backend: ModelBackend | None = None, with_reference: bool = False) -> Job:
         """Start a job. ``backend`` (Python API only) replaces the HTTP client of ``spec.policy``, e.g. a
-        ``TrainableLocalBackend`` sharing the trainer's weights; it stays the caller's to close."""
+        ``TrainableLocalBackend`` sharing the trainer's weights; it stays the caller's to close.
+        ``with_reference`` (Python API only): each rollout fetches its task's reference first, for a
+        scripted oracle ``backend`` (``palaestra.collect(model="scripted:oracle")``)."""
         if backend is None and not url_host_allowed(spec.policy.base_url, self.policy_hosts):
             raise ConfigError(f"policy endpoint {redact_url(spec.policy.base_url)!r} is not on this service's "
                               "allow-list", hint="use a loopback endpoint, or start the service with --policy-host "
@@ -61,7 +63,8 @@ class RolloutService:
             raise ConfigError(f"task(s) {', '.join(nameless[:5])} name no environment",
                               hint="set each task's 'env' (a built-in name or a module:Class spec)")
         envs = {name: await self._mount(name, spec.placement) for name in sorted({t.env for t in spec.tasks})}
-        job = Job(spec, envs, backend or make_policy_backend(spec.policy), owns_backend=backend is None)
+        job = Job(spec, envs, backend or make_policy_backend(spec.policy), owns_backend=backend is None,
+                  with_reference=with_reference)
         self.jobs[job.id] = job
         return job
 

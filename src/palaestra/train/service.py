@@ -39,8 +39,10 @@ log = logging.getLogger("palaestra.train.service")
 class Job:
     """One submission in progress. Iterate it (``async for group in job``) or call ``next_group``."""
 
-    def __init__(self, spec: JobSpec, envs: dict[str, MountedEnv], backend: ModelBackend, owns_backend: bool) -> None:
+    def __init__(self, spec: JobSpec, envs: dict[str, MountedEnv], backend: ModelBackend, owns_backend: bool,
+                 *, with_reference: bool = False) -> None:
         self.id = uuid.uuid4().hex[:12]
+        self._with_reference = with_reference  # the scripted oracle plays each task's reference back
         self.spec = spec
         self.version = spec.policy_version
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=2000)
@@ -200,7 +202,7 @@ class Job:
             return await run_rollout(task, env=self._envs[task.env].client, agent=self._agent, proxy=self._proxy,
                                      model_name=self.spec.policy.model or redact_url(self.spec.policy.base_url),
                                      repeat=index, deadline_s=self.spec.rollout_deadline_s, sampling=sampling,
-                                     rollout_id=rid)
+                                     with_reference=self._with_reference, rollout_id=rid)
         finally:
             self._proxy.unregister(rid)
             forget = getattr(self._backend, "forget", None)

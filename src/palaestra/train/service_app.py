@@ -33,6 +33,7 @@ from palaestra.train.advantages import NORMALISATIONS
 from palaestra.train.rollout_service import RolloutService
 from palaestra.train.rows import rl_rows
 from palaestra.train.service_types import Group, JobSpec
+from palaestra.wire.errors import error_body
 
 log = logging.getLogger("palaestra.train.service")
 MAX_WAIT_S = 300.0
@@ -43,10 +44,7 @@ def _json(data: Any, status: int = 200) -> Response:
 
 
 def _error(kind: str, message: str, status: int, hint: str | None = None) -> Response:
-    err = {"kind": kind, "message": message}
-    if hint:
-        err["hint"] = hint
-    return _json({"error": err}, status)
+    return _json(error_body(kind, message, hint), status)
 
 
 async def _body(request: Request) -> Any:

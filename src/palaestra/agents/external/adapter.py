@@ -22,7 +22,9 @@ SETUP_HINT = "install it with `bash .ci/setup-agents.sh` (npm and PyPI), or poin
 
 
 def agents_dir() -> Path:
-    return Path(os.environ.get("PALAESTRA_AGENTS_DIR") or DEFAULT_AGENTS_DIR)
+    from palaestra.settings import machine
+
+    return Path(machine().agents_dir or DEFAULT_AGENTS_DIR)  # $PALAESTRA_AGENTS_DIR
 
 
 @dataclass
@@ -61,7 +63,9 @@ class CLIAdapter(abc.ABC):
 
     def locate(self) -> str:
         """The executable's path, or an AgentError saying how to install it."""
-        override = os.environ.get(self.env_var)
+        from palaestra.settings import machine
+
+        override = machine().agent_bins.get(self.env_var)
         if override:
             if not os.access(override, os.X_OK):
                 raise AgentError(f"{self.env_var}={override} is not an executable file",

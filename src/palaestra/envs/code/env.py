@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from palaestra.core.environment import Environment
 from palaestra.core.errors import InvalidTask
@@ -44,12 +44,16 @@ class CodeEnv(Environment):
     domain = "coding"
     mechanism = "single-turn"
     system_prompt = SYSTEM
-    scoring: ClassVar[str] = os.environ.get("PALAESTRA_CODE_SCORING", "fraction")
+    scoring: str = "fraction"
 
-    def __init__(self, sandbox: str | SandboxProvider | None = None) -> None:
+    def __init__(self, sandbox: str | SandboxProvider | None = None, *, scoring: str | None = None,
+                 run_id: str | None = None) -> None:
         """``sandbox``: the provider (a name or an instance) for tasks that name none in
-        ``metadata.sandbox``; ``None`` keeps the machine's default."""
+        ``metadata.sandbox``; ``None`` keeps the machine's default. ``scoring``: ``fraction`` (default)
+        or ``all`` for tasks that say nothing. ``run_id`` labels the sandboxes this run creates."""
         self.sandbox = sandbox
+        self.scoring = scoring or type(self).scoring
+        self.run_id = run_id
 
     def check_task(self, task: Task) -> None:
         md = task.metadata
@@ -90,7 +94,7 @@ class CodeEnv(Environment):
     def _spec(self, task: Task, files: dict[str, str], role: str) -> SandboxSpec:
         md = task.metadata
         return SandboxSpec(image=md.get("image"), files=files, memory_mb=int(md.get("memory_mb", 512)),
-                           pids=64, disk_mb=64, labels=labels_for(self.name, task, role=role))
+                           pids=64, disk_mb=64, labels=labels_for(self.name, task, run_id=self.run_id, role=role))
 
     async def verify(self, state: CodeState, trajectory: Trajectory) -> Verdict:
         task = state.task
@@ -117,7 +121,8 @@ class CodeEnv(Environment):
             raise _harness_failure(provider.name, python, result)
         passed = len(report.passed) == len(tests)
         reward = report.fraction if scoring == "fraction" else float(passed)
-        metadata: dict[str, Any] = {"tests": len(tests), "passed_tests": len(report.passed), "scoring": scoring}
+        metadata: dict[str, Any] = {"tests": len(tests), "passed_tests": len(report.passed), "scoring": scoring,
+                                    "sandbox": provider.name}  # which provider graded: --sandbox, or the default
         if report.load_error:
             metadata["load_error"] = report.load_error
         if report.failures:

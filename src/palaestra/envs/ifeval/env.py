@@ -1,6 +1,10 @@
 """``ifeval``: instruction following with constraints a program can verify (counts, keywords, format,
 case, start and end phrases...). The reward is the fraction of constraints met, so partial compliance
-is visible; ``passed`` is the strict all-constraints-met reading.
+is visible; ``passed`` is the strict all-constraints-met reading. With ``metadata.grading_mode: binary``
+(NeMo Gym's instruction_following default) the reward is that strict reading: 1 only when all are met.
+
+NeMo Gym's IFEval and IFBench instruction ids are constraint kinds too (``nemo_ids.py``); a row using an id
+that needs a language model to check is refused at load, with the reason.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from palaestra.core.environment import Environment
 from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 from palaestra.envs.ifeval import constraints as C
+from palaestra.envs.ifeval import nemo_ids
+from palaestra.envs.ifeval.compose import compose
 
 
 class IFEval(Environment):
@@ -30,6 +36,11 @@ class IFEval(Environment):
                 hint='add a list like [{"kind": "word_count", "max": 50}, {"kind": "no_commas"}]',
             )
         for i, item in enumerate(items):
+            why = nemo_ids.unsupported_reason(item.get("kind") if isinstance(item, dict) else None)
+            if why:
+                raise InvalidTask(f"ifeval task '{task.id}': metadata.constraints[{i}]: instruction "
+                                  f"{item['kind']!r} is not graded here: it {why}",
+                                  hint="drop the rows that use it, or grade them with NeMo Gym's own server")
             try:
                 C.validate(item)
             except ValueError as exc:
@@ -38,6 +49,10 @@ class IFEval(Environment):
         ref = task.metadata.get("reference_answer")
         if ref is not None and not isinstance(ref, str):
             raise InvalidTask(f"ifeval task '{task.id}': metadata.reference_answer must be a string")
+        mode = task.metadata.get("grading_mode")
+        if mode is not None and mode not in ("binary", "fraction"):
+            raise InvalidTask(f"ifeval task '{task.id}': metadata.grading_mode must be 'binary' or 'fraction', "
+                              f"got {mode!r}")
 
     def prompt(self, task: Task) -> list[dict[str, Any]]:
         """Append the constraints, worded from their parameters, so the model reads exactly what is checked
@@ -66,13 +81,18 @@ class IFEval(Environment):
             if not ok:
                 details[key] = detail
         met = sum(components.values())
+        strict = state.metadata.get("grading_mode") == "binary"
         return Verdict(
-            reward=met / len(components),
+            reward=float(met == len(components)) if strict else met / len(components),
             passed=met == len(components),
             components=components,
             metadata={"failed": details, "satisfied": int(met), "total": len(components)},
         )
 
     def reference(self, task: Task) -> Reference | None:
+        """The row's ``reference_answer``; without one, a reply composed to meet the constraints
+        (``compose.py``), when one can be built that every constraint's check accepts."""
         answer = task.metadata.get("reference_answer")
+        if not isinstance(answer, str) and isinstance(task.metadata.get("constraints"), list):
+            answer = compose(task.metadata["constraints"])
         return Reference(final_answer=answer) if isinstance(answer, str) else None

@@ -1,5 +1,10 @@
 """``json_schema``: structured outputs. The answer must hold a JSON value that validates against the
 task's JSON Schema and carries the expected values, so both the form and the content are scored.
+
+The answer is the reply's text, or, when the row names ``metadata.answer_tool`` (NeMo Gym's structured
+outputs with ``response_mode: tool_call``), the arguments of the model's last call of that tool (its
+``answer_tool_key`` member when given). A row whose ``schema_format`` is not JSON (CSV, YAML, TOML) is
+refused: only JSON answers are validated here.
 """
 
 from __future__ import annotations
@@ -9,8 +14,9 @@ from typing import Any
 
 from palaestra.core.environment import Environment
 from palaestra.core.errors import InvalidTask
-from palaestra.core.records import Reference, Task, Trajectory, Verdict
+from palaestra.core.records import Reference, Task, ToolCall, Trajectory, Verdict
 from palaestra.envs.json_schema.extract import extract_json, is_missing, lookup, same, split_path
+from palaestra.envs.json_schema.instance import minimal_instance
 
 
 def _validator(schema: dict[str, Any]) -> Any:
@@ -19,6 +25,15 @@ def _validator(schema: dict[str, Any]) -> Any:
 
     cls = jsonschema.validators.validator_for(schema)
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def _tool_name(tool: Any) -> str | None:
+    """A tool's name in either shape: Chat Completions (``function.name``) or flat Responses (``name``)."""
+    if not isinstance(tool, dict):
+        return None
+    fn = tool.get("function")
+    name = fn.get("name") if isinstance(fn, dict) else tool.get("name")
+    return name if isinstance(name, str) else None
 
 
 class JSONSchema(Environment):
@@ -33,6 +48,13 @@ class JSONSchema(Environment):
     def check_task(self, task: Task) -> None:
         import jsonschema
 
+        fmt = task.metadata.get("schema_format")
+        if fmt is not None and str(fmt).lower() != "json":
+            raise InvalidTask(f"json_schema task '{task.id}': metadata.schema_format is {fmt!r}; only JSON answers "
+                              "are validated", hint="use rows whose schema_type is json")
+        tool = task.metadata.get("answer_tool")
+        if tool is not None and not isinstance(tool, str):
+            raise InvalidTask(f"json_schema task '{task.id}': metadata.answer_tool must be a tool name")
         schema = task.metadata.get("schema")
         if not isinstance(schema, dict):
             raise InvalidTask(f"json_schema task '{task.id}' has no metadata.schema object",
@@ -69,10 +91,42 @@ class JSONSchema(Environment):
                                f"that validates against this JSON Schema:\n```json\n{schema}\n```"}
         return messages
 
+    def tool_schemas(self, task: Task | None = None) -> list[dict[str, Any]]:
+        """A row that answers through a tool offers the row's tools (the answer tool and its distractors)."""
+        if task is not None and task.metadata.get("answer_tool"):
+            return [dict(t) for t in task.tools or []]
+        return super().tool_schemas(task)
+
+    def dynamic_tool(self, state: Task, name: str, arguments: Any) -> Any:
+        """The row's tools only take the answer: each call is acknowledged; the last answer-tool call counts."""
+        if state.metadata.get("answer_tool") and any(_tool_name(t) == name for t in state.tools or []):
+            return "ok"
+        return super().dynamic_tool(state, name, arguments)
+
+    def _answer(self, state: Task, trajectory: Trajectory) -> tuple[Any, str | None, str | None]:
+        tool = state.metadata.get("answer_tool")
+        if not tool:
+            return extract_json(trajectory.final_text())
+        calls = [r.arguments for r in trajectory.tool_calls if r.name == tool]
+        if not calls:
+            return None, None, f"no_{tool}_call"
+        args = calls[-1]
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                return None, None, "tool_arguments_not_json"
+        key = state.metadata.get("answer_tool_key")
+        if key:
+            if not isinstance(args, dict) or key not in args:
+                return None, None, "missing_tool_payload_key"
+            args = args[key]
+        return args, f"tool:{tool}", None
+
     def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         self.check_task(state)
         meta = state.metadata
-        value, found_by, not_found = extract_json(trajectory.final_text())
+        value, found_by, not_found = self._answer(state, trajectory)
         expected: dict[str, Any] = meta.get("expected") or {}
         normalize = bool(meta.get("normalize_strings", False))
         components = {"parse": 0.0, "schema": 0.0}
@@ -106,8 +160,24 @@ class JSONSchema(Environment):
                        answer=json.dumps(value, sort_keys=True) if found_by else None)
 
     def reference(self, task: Task) -> Reference | None:
+        """The row's ``reference_answer``; without one (a row that states only its schema, and no expected
+        values), the smallest instance of the schema that its validator accepts."""
         ref = task.metadata.get("reference_answer")
+        schema = task.metadata.get("schema")
+        if ref is None and not task.metadata.get("expected") and isinstance(schema, dict):
+            candidate = minimal_instance(schema)
+            if not any(True for _ in _validator(schema).iter_errors(candidate)):
+                ref = candidate
         if ref is None:
             return None
+        tool = task.metadata.get("answer_tool")
+        if tool:
+            key = task.metadata.get("answer_tool_key")
+            try:
+                payload = json.loads(ref) if isinstance(ref, str) else ref
+            except ValueError:  # a text reference that is no JSON: no tool call can carry it
+                return None
+            return Reference(tool_calls=[ToolCall(name=str(tool), arguments={key: payload} if key else payload)],
+                             final_answer="Done.")
         text = ref if isinstance(ref, str) else f"```json\n{json.dumps(ref, ensure_ascii=False)}\n```"
         return Reference(final_answer=text)

@@ -13,7 +13,6 @@ such. A judge that is unreachable or keeps answering in an unreadable form is an
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +32,9 @@ ENV_MODEL = "PALAESTRA_JUDGE_MODEL"
 ENV_MODEL_NAME = "PALAESTRA_JUDGE_MODEL_NAME"
 ENV_KEY_VAR = "PALAESTRA_JUDGE_API_KEY_ENV"
 OUTCOME_SCORE = {"win": 1.0, "loss": 0.0}
-NO_JUDGE_HINT = (f"set {ENV_MODEL} to the judge's OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1; "
-                 f"{ENV_MODEL_NAME} for its model name), give each row metadata.judge_model, or build "
+NO_JUDGE_HINT = (f"set --judge-model or {ENV_MODEL} to the judge's OpenAI-compatible base URL (e.g. "
+                 f"http://127.0.0.1:8000/v1; --judge-model-name or {ENV_MODEL_NAME} for its model name), give each "
+                 "row metadata.judge_model, or build "
                  f"Judge(judge=URL); {ENV_MODEL}={KEYWORD} (or metadata.judge_model: {KEYWORD}) asks for the "
                  "offline keyword matcher, which is no LLM judge")
 
@@ -57,13 +57,16 @@ class Judge(Environment):
     mechanism = "judge"
 
     def __init__(self, judge: str | ModelBackend | None = None, *, judge_model_name: str | None = None,
-                 retries: int = 2, max_concurrency: int = 16, timeout_s: float = 120.0) -> None:
+                 judge_api_key_env: str | None = None, retries: int = 2, max_concurrency: int = 16,
+                 timeout_s: float = 120.0) -> None:
         """``judge``: a model spec (``http://127.0.0.1:8000/v1``, ``scripted:constant?text=...``, or
-        ``keyword`` for the offline keyword matcher) or a backend object. Without one,
-        ``$PALAESTRA_JUDGE_MODEL``, then the task's ``metadata.judge_model``; without any, there is no
-        judge, and grading refuses (never a silent fallback)."""
+        ``keyword`` for the offline keyword matcher) or a backend object; a run passes its
+        ``judge_model`` setting (``--judge-model``, ``$PALAESTRA_JUDGE_MODEL``) here. Without one, the
+        task's ``metadata.judge_model``; without any, there is no judge, and grading refuses (never a
+        silent fallback). ``judge_api_key_env``: the variable holding the judge's key (OPENAI_API_KEY)."""
         self._judge = judge
         self._model_name = judge_model_name
+        self._api_key_env = judge_api_key_env or "OPENAI_API_KEY"
         self.retries = retries
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
@@ -75,10 +78,10 @@ class Judge(Environment):
         """The configured judge for ``task``, or None when nothing names one."""
         if self._judge is not None:
             return self._judge
-        return os.environ.get(ENV_MODEL) or str(task.metadata.get("judge_model") or "") or None
+        return str(task.metadata.get("judge_model") or "") or None
 
     def _model_name_for(self, task: Task) -> str | None:
-        name = self._model_name or os.environ.get(ENV_MODEL_NAME) or task.metadata.get("judge_model_name")
+        name = self._model_name or task.metadata.get("judge_model_name")
         return str(name) if name else None
 
     def describe(self, task: Task) -> dict[str, Any]:
@@ -136,7 +139,7 @@ class Judge(Environment):
 
             try:
                 backend = make_backend(spec, model_name=model, timeout_s=self.timeout_s,
-                                       api_key_env=os.environ.get(ENV_KEY_VAR, "OPENAI_API_KEY"),
+                                       api_key_env=self._api_key_env,
                                        max_concurrency=self.max_concurrency)
             except PalaestraError as exc:
                 raise InfraError("judge", f"cannot build the judge model {redact_url(spec)!r}: {exc}",

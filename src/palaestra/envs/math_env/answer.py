@@ -12,27 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+from palaestra.envs.text import boxes, has_box_opener
 
 
 def boxed_contents(text: str) -> list[str]:
-    """The contents of every balanced ``\\boxed{...}`` / ``\\fbox{...}``, in order of position.
-
-    One pass with a stack of open braces: a reply full of unclosed boxes costs linear time."""
-    starts = {m.end() - 1: m.start() for m in _BOX_OPEN.finditer(text)}
-    if not starts:
-        return []
-    found: list[tuple[int, str]] = []
-    stack: list[int] = []
-    for i, ch in enumerate(text):
-        if ch == "{":
-            stack.append(i)
-        elif ch == "}" and stack:
-            opened = stack.pop()
-            if opened in starts:
-                found.append((starts[opened], text[opened + 1 : i]))
-    found.sort()
-    return [content for _, content in found]
+    """The contents of every balanced ``\\boxed{...}`` / ``\\fbox{...}``, in order of position (the
+    shared linear-time reading in ``envs/text.py``)."""
+    return [content for _, _, content in boxes(text)]
 
 
 def last_boxed(text: str) -> str | None:
@@ -77,6 +63,10 @@ def committed_answer(text: str, *, alternatives_allowed: bool = False) -> Answer
         return Answer(None, reason="empty_response")
     boxed = last_boxed(text)
     source: str
+    if boxed is None and has_box_opener(text) and not boxed_contents(text):
+        # "... \\boxed{3" never closes: the reply broke off (often at the token limit), so what follows
+        # the opener is not a committed answer (it may be the first digit of 32).
+        return Answer(None, source="boxed", reason="unclosed_box")
     if boxed is not None:
         fragment, source = boxed, "boxed"
     else:

@@ -4,8 +4,8 @@ with math-verify ("0.5" equals "\\frac{1}{2}", "2^{1/2}" equals "\\sqrt{2}").
 Only the answer the reply commits to is graded (see ``answer.py``); an answer offering alternatives is
 ``ambiguous`` (0). Integers are compared as digit strings, so a 50,000-digit answer is exact and cheap;
 everything else runs in a worker process under a deadline (see ``pool.py``). Inputs are bounded
-(``max_answer_chars``, ``max_symbolic_chars``): a model answer past a bound scores 0 with reason
-``answer_too_long``; an expected answer past it, a check that overruns ``verify_timeout`` or a verifier
+(``max_answer_chars``, ``max_symbolic_chars``): a model answer past a bound is not graded (it may be
+right): like an expected answer past it, a check that overruns ``verify_timeout`` or a verifier
 that breaks raises ``VerifierError``, so the rollout is failed(verifier) and retried rather than scored.
 """
 
@@ -19,6 +19,7 @@ from palaestra.core.errors import InvalidTask, VerifierError
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 from palaestra.envs.math_env.answer import committed_answer, plain_integer
 from palaestra.envs.math_env.pool import CheckTimeout, WorkerPool
+from palaestra.envs.text import last_open_box
 
 _INSTRUCTION = "Solve the problem. Put your final answer in \\boxed{}."
 
@@ -50,11 +51,14 @@ class MathEnv(Environment):
     system_prompt = _INSTRUCTION
 
     def __init__(self, *, verify_timeout: float = 10.0, pool: WorkerPool | None = None,
-                 max_answer_chars: int = 200_000, max_symbolic_chars: int = 10_000) -> None:
+                 max_answer_chars: int = 200_000, max_symbolic_chars: int = 10_000,
+                 nemo_compat: bool = False) -> None:
         """``verify_timeout``: seconds one math-verify check may take (past it: failed(verifier));
         ``pool``: workers (default: the shared pool); ``max_answer_chars``: the longest answer read at
         all (integers are compared up to this many digits); ``max_symbolic_chars``: the longest answer
-        or expected answer handed to math-verify (sympy's cost grows steeply with size)."""
+        or expected answer handed to math-verify (sympy's cost grows steeply with size);
+        ``nemo_compat``: grade as NeMo Gym's math_with_judge library check does, for tasks that do not set
+        ``metadata.nemo_compat`` themselves (see ``_nemo_verify``)."""
         if verify_timeout < 0:
             raise ValueError(f"MathEnv(verify_timeout={verify_timeout}): the deadline must be >= 0 seconds")
         if max_answer_chars < 1 or max_symbolic_chars < 1:
@@ -63,6 +67,7 @@ class MathEnv(Environment):
         self.max_answer_chars = max_answer_chars
         self.max_symbolic_chars = max_symbolic_chars
         self._pool = pool
+        self.nemo_compat = nemo_compat
 
     @property
     def pool(self) -> WorkerPool:
@@ -87,6 +92,9 @@ class MathEnv(Environment):
                 f"max_answer_chars={self.max_answer_chars}",
                 hint="raise MathEnv(max_answer_chars=...) for this data set",
             )
+        flag = state.metadata.get("nemo_compat")
+        if flag if isinstance(flag, bool) else self.nemo_compat:
+            return await self._nemo_verify(state, expected, trajectory.final_text())
         found = committed_answer(trajectory.final_text(), alternatives_allowed=" or " in expected)
         if found.text is None:
             return _verdict(False, None, reason=found.reason, expected_answer=expected,
@@ -94,8 +102,7 @@ class MathEnv(Environment):
         answer = found.text
         meta: dict[str, Any] = {"extracted_from": found.source, "expected_answer": expected}
         if len(answer) > self.max_answer_chars:
-            return _verdict(False, answer[:200] + "…", reason="answer_too_long", answer_chars=len(answer),
-                            limit=self.max_answer_chars, **meta)
+            raise self._too_long(state, len(answer), "max_answer_chars", self.max_answer_chars)
         gold_int, pred_int = plain_integer(expected), plain_integer(answer)
         if gold_int is not None and pred_int is not None:  # exact, linear, no digit limit, no worker
             correct = gold_int == pred_int
@@ -108,8 +115,7 @@ class MathEnv(Environment):
                 hint="raise MathEnv(max_symbolic_chars=...) for this data set",
             )
         if len(answer) > self.max_symbolic_chars:
-            return _verdict(False, answer[:200] + "…", reason="answer_too_long", answer_chars=len(answer),
-                            limit=self.max_symbolic_chars, **meta)
+            raise self._too_long(state, len(answer), "max_symbolic_chars", self.max_symbolic_chars)
         try:
             result = await self.pool.run("check_answer", expected, f"\\boxed{{{answer}}}",
                                          timeout=self.verify_timeout)
@@ -130,6 +136,46 @@ class MathEnv(Environment):
         if not result["correct"]:
             meta["reason"] = "not_equivalent"
         return _verdict(bool(result["correct"]), answer, compared_as="math_verify", **meta)
+
+    @staticmethod
+    def _too_long(task: Task, chars: int, bound: str, limit: int) -> VerifierError:
+        """An answer past a bound was not graded: it might be right (a long but equal expression), so it is
+        a verifier failure naming the bound, never a wrong-answer 0."""
+        return VerifierError(
+            f"math task '{task.id}': answer_too_long: the answer has {chars:,} characters, more than "
+            f"{bound}={limit:,}; it was not graded",
+            hint=f"raise MathEnv({bound}=...) if answers this long are expected",
+        )
+
+    async def _nemo_verify(self, state: Task, expected: str, reply: str) -> Verdict:
+        """NeMo Gym 0.7 math_with_judge without its judge: 0 unless the reply has a complete, non-empty
+        last ``\\boxed{``; then math-verify reads the *whole* reply (so ``\\boxed{7} ... \\boxed{32}``
+        is the set {7, 32}, not 32) against the expected answer stripped of ``\\(..\\)`` / ``$..$``.
+        Failures stay failures (a deadline overrun or an unreadable expected answer raises
+        VerifierError) where NeMo Gym scores 0."""
+        if not (last_open_box(reply) or "").strip():
+            return _verdict(False, None, reason="no_boxed_answer", expected_answer=expected, nemo_compat=True)
+        if len(reply) > self.max_answer_chars:
+            raise self._too_long(state, len(reply), "max_answer_chars", self.max_answer_chars)
+        gold = expected
+        if gold.startswith("\\(") and gold.endswith("\\)"):
+            gold = gold[2:-2].strip()
+        if gold.startswith("$") and gold.endswith("$") and len(gold) > 1:
+            gold = gold[1:-1].strip()
+        try:
+            result = await self.pool.run("check_answer", f"\\boxed{{{gold}}}", reply, timeout=self.verify_timeout)
+        except CheckTimeout:
+            raise VerifierError(
+                f"math task '{state.id}': math-verify did not finish within verify_timeout="
+                f"{self.verify_timeout:g}s on a reply of {len(reply)} characters; its worker was replaced",
+                hint="raise MathEnv(verify_timeout=...); the rollout is failed(verifier), not 0",
+            ) from None
+        if result["status"] == "bad_gold":
+            raise VerifierError(f"math task '{state.id}': math-verify cannot parse expected_answer {expected!r}",
+                                hint="write the expected answer as plain LaTeX or a number")
+        correct = result["status"] == "ok" and bool(result["correct"])
+        return _verdict(correct, result.get("parsed"), compared_as="math_verify", nemo_compat=True,
+                        expected_answer=expected, **({} if correct else {"reason": "not_equivalent"}))
 
     def reference(self, task: Task) -> Reference:
         expected = str(task.metadata.get("expected_answer", "")).strip()

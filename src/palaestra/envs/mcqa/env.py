@@ -13,7 +13,10 @@ from typing import Any
 from palaestra.core.environment import Environment
 from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
-from palaestra.envs.mcqa.extract import GRADING_MODES, Options, extract, normalize_options
+from palaestra.envs.mcqa import nemo
+from palaestra.envs.mcqa.extract import GRADING_MODES, extract
+from palaestra.envs.mcqa.modes import by_output_regex
+from palaestra.envs.mcqa.reading import Extraction, Options, normalize_options
 
 _INSTRUCTION = "Answer with the letter of the correct option in \\boxed{}, e.g. \\boxed{A}."
 
@@ -24,6 +27,26 @@ def _field(task: Task, key: str) -> Any:
         return task.metadata[key]
     nested = task.metadata.get("metadata")
     return nested.get(key) if isinstance(nested, dict) else None
+
+
+def _output_regex(task: Task) -> list[str]:
+    """The row's ``template_metadata.output_regex`` patterns (NeMo Gym template rows), or none."""
+    template = _field(task, "template_metadata")
+    patterns = template.get("output_regex") if isinstance(template, dict) else None
+    if patterns is None:
+        return []
+    return [patterns] if isinstance(patterns, str) else list(patterns)
+
+
+def _nemo_server(task: Task) -> str:
+    """The NeMo Gym resources server a row was written for, from its ``agent_ref`` (``gpqa_diamond``
+    rows carry ``grading_mode`` but are read by the gpqa_diamond server's own rule), else ``mcqa``."""
+    named = _field(task, "nemo_gym_resources_server")
+    if isinstance(named, str) and named:
+        return "gpqa_diamond" if named == "gpqa_diamond" else "mcqa"
+    ref = _field(task, "nemo_gym_agent_ref") or _field(task, "agent_ref")
+    name = str(ref.get("name") or "") if isinstance(ref, dict) else ""
+    return "gpqa_diamond" if name == "gpqa_diamond" or name.startswith("gpqa_diamond_") else "mcqa"
 
 
 def _squash(text: str) -> str:
@@ -40,6 +63,7 @@ class MCQA(Environment):
     mechanism = "single-turn"
 
     def _checked_options(self, task: Task) -> Options:
+        self._check_nemo_fields(task)
         expected = _field(task, "expected_answer")
         if expected is None:
             raise InvalidTask(
@@ -76,8 +100,39 @@ class MCQA(Environment):
     # the last _MEMO_SIZE tasks; the Task is kept alongside so a recycled id() never matches.
     _MEMO_SIZE = 8192
 
-    def __init__(self) -> None:
+    def __init__(self, *, nemo_compat: bool = False) -> None:
+        """``nemo_compat``: read replies exactly as NeMo Gym 0.7's mcqa / gpqa_diamond verifiers do
+        (first ``Answer:``, ambiguous replies taken, see ``nemo.py``) for every task that does not set
+        ``metadata.nemo_compat`` itself. Off by default: Palaestra's reading does not guess."""
+        self.nemo_compat = nemo_compat
         self._memo: dict[int, tuple[Task, Options]] = {}
+
+    @staticmethod
+    def _check_nemo_fields(task: Task) -> None:
+        flag = _field(task, "nemo_compat")
+        if flag is not None and not isinstance(flag, bool):
+            raise InvalidTask(f"mcqa task '{task.id}': metadata.nemo_compat must be true or false, got {flag!r}")
+        template = _field(task, "template_metadata")
+        raw = template.get("output_regex") if isinstance(template, dict) else None
+        if raw is None:
+            return
+        patterns = [raw] if isinstance(raw, str) else raw
+        if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
+            raise InvalidTask(f"mcqa task '{task.id}': template_metadata.output_regex must be a regex or a "
+                              f"list of regexes, got {raw!r}")
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise InvalidTask(
+                    f"mcqa task '{task.id}': template_metadata.output_regex {pattern!r} is not a valid "
+                    f"regular expression: {exc}",
+                    hint="fix the pattern; its first group should capture the option letter",
+                ) from None
+
+    def _compat(self, task: Task) -> bool:
+        flag = _field(task, "nemo_compat")
+        return flag if isinstance(flag, bool) else self.nemo_compat
 
     def check_task(self, task: Task) -> None:
         memo = self._memo
@@ -113,10 +168,25 @@ class MCQA(Environment):
     def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         options = self._options(state)
         expected = str(_field(state, "expected_answer")).strip().upper()
-        mode = str(_field(state, "grading_mode") or "auto")
-        found = extract(trajectory.final_text(), options, mode)
+        compat = self._compat(state)
+        patterns = _output_regex(state)
+        # No grading_mode: NeMo Gym's default (strict boxed) for NeMo Gym template rows and under
+        # nemo_compat, Palaestra's `auto` for every other row.
+        nemo_default = compat or _field(state, "template_metadata") is not None
+        mode = str(_field(state, "grading_mode") or ("strict_single_letter_boxed" if nemo_default else "auto"))
+        server = _nemo_server(state)
+        if compat:
+            found = self._nemo_extract(state, trajectory.final_text(), options, mode, server)
+        else:
+            text = trajectory.final_text()
+            found = (by_output_regex(text, patterns, options) if patterns and text.strip() else None) or extract(
+                text, options, "boxed_or_answer_colon" if server == "gpqa_diamond" else mode)
         correct = found.letter == expected
         metadata: dict[str, Any] = {"grading_mode": mode, "expected_answer": expected}
+        if server != "mcqa":
+            metadata["read_as"] = server
+        if compat:
+            metadata["nemo_compat"] = True
         if found.letter is None:
             metadata["reason"] = found.reason
             if found.candidates:  # an ambiguous reply: the options it named, none of them taken
@@ -132,6 +202,34 @@ class MCQA(Environment):
             metadata=metadata,
             answer=found.letter,
         )
+
+    @staticmethod
+    def _nemo_extract(task: Task, reply: str, options: Options, mode: str, server: str) -> Extraction:
+        """What NeMo Gym's verifier for ``server`` extracts (``nemo_compat``)."""
+        text = reply.strip()
+        if not text:
+            return Extraction(None, reason="empty_response")
+        raw = _field(task, "options")
+        # NeMo Gym's option letters: the keys of one-key dicts whose text is not null.
+        letters = ({str(k).upper() for entry in raw if isinstance(entry, dict) for k, v in entry.items()
+                    if v is not None and len(str(k)) == 1 and str(k).isalpha()}
+                   if isinstance(raw, list) else {letter for letter, _ in options})
+        patterns = _output_regex(task)
+        letter = nemo.output_regex(text, patterns, options, letters) if patterns else None
+        method = "nemo_output_regex"
+        if letter is None:
+            method = f"nemo_{server if server != 'mcqa' else mode}"
+            if server == "gpqa_diamond":
+                letter = nemo.gpqa(text, letters)
+            elif mode == "strict_single_letter_boxed":
+                letter = nemo.strict_boxed(text, letters)
+            elif mode == "lenient_boxed":
+                letter = nemo.lenient_boxed(text, options, letters)
+            elif mode == "lenient_answer_colon":
+                letter = nemo.answer_colon(text, options, letters)
+            else:  # a mode NeMo Gym has not (auto, boxed_or_answer_colon): Palaestra's own reading
+                return extract(text, options, mode)
+        return Extraction(letter, method=method, reason=None if letter else "no_answer_nemo_gym")
 
     def reference(self, task: Task) -> Reference:
         expected = str(_field(task, "expected_answer")).strip().upper()

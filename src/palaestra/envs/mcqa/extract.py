@@ -7,199 +7,20 @@ the whole reply). A letter that merely appears while reasoning ("(A) is wrong be
 taken for the answer, and a reply that names several options ("B and C are correct", "A or B",
 "\\boxed{B, C}", "The answer is B. Actually C.") is ``ambiguous``: it scores 0, it is not guessed.
 Among several committed answers the last one wins ("Answer: A ... Answer: B" is B).
+
+This module holds that default search (mode ``auto``) and the dispatch to the fixed modes (``modes.py``);
+the readings they share (options, boxes, what a fragment names) are in ``reading.py``.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
-GRADING_MODES = ("auto", "strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon")
+from palaestra.envs.mcqa.modes import _boxed_modes, _boxed_or_answer_colon, _lone_letter
+from palaestra.envs.mcqa.reading import AMBIGUOUS, Extraction, Options, _by_text, _mentions, _read, boxes
 
-Options = list[tuple[str, str]]
-
-AMBIGUOUS = "ambiguous"
-
-
-@dataclass(frozen=True)
-class Extraction:
-    """The extracted letter (or None), which pattern produced it, why nothing was taken, and (for an
-    ambiguous reply) the options it named."""
-
-    letter: str | None
-    method: str | None = None
-    reason: str | None = None
-    candidates: tuple[str, ...] = field(default=())
-
-
-def normalize_options(raw: Any) -> Options:
-    """Accept the option shapes seen in the wild: ``[{"A": "x"}, ...]``, ``{"A": "x"}``, ``["x", ...]``.
-
-    Raises ValueError (TypeError for a wrong container) naming the bad entry, so a data file can be fixed at
-    the right line.
-    """
-    if raw is None:
-        return []
-    out: Options = []
-    if isinstance(raw, dict):
-        items = list(raw.items())
-    elif isinstance(raw, list):
-        items = []
-        for i, entry in enumerate(raw):
-            if isinstance(entry, str):
-                items.append((chr(ord("A") + i), entry))
-            elif isinstance(entry, dict) and len(entry) == 1:
-                items.extend(entry.items())
-            else:
-                raise ValueError(f"options[{i}] must be a string or a one-key dict like {{'A': 'text'}}")
-    else:
-        raise TypeError(f"options must be a list or a dict, got {type(raw).__name__}")
-    for key, text in items:
-        letter = str(key).strip().upper()
-        if len(letter) != 1 or not "A" <= letter <= "Z":
-            raise ValueError(f"option key {key!r} is not a single letter A-Z")
-        out.append((letter, str(text)))
-    if len({letter for letter, _ in out}) != len(out):
-        raise ValueError("options repeat a letter")
-    return out
-
-
-_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
-
-
-def find_boxed(text: str) -> list[tuple[int, str]]:
-    """Every ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces: (position, content), in order."""
-    return [(start, content) for start, _, content in boxes(text)]
-
-
-def boxes(text: str) -> list[tuple[int, int, str]]:
-    """Every balanced box as (start, end, content), in order of position.
-
-    One pass with a stack of open braces, so a reply full of unclosed boxes costs linear time, not
-    quadratic (replies are model output: hostile input for a verifier)."""
-    starts = {m.end() - 1: m.start() for m in _BOX_OPEN.finditer(text)}
-    if not starts:
-        return []
-    found: list[tuple[int, int, str]] = []
-    stack: list[int] = []
-    for i, ch in enumerate(text):
-        if ch == "{":
-            stack.append(i)
-        elif ch == "}" and stack:
-            opened = stack.pop()
-            if opened in starts:
-                found.append((starts[opened], i + 1, text[opened + 1 : i]))
-    found.sort()
-    return found
-
-
-_LATEX_WRAP = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textit|mathit|mathsf|texttt|emph)\s*\{([^{}]*)\}")
-_MARKUP = re.compile(r"[*_`$]")
-
-
-def _unwrap(text: str) -> str:
-    """Drop LaTeX text wrappers (nested ones too: ``\\textbf{\\text{C}}``)."""
-    for _ in range(4):
-        unwrapped = _LATEX_WRAP.sub(r"\1", text)
-        if unwrapped == text:
-            break
-        text = unwrapped
-    return text
-
-
-@functools.lru_cache(maxsize=16384)
-def _norm(text: str) -> str:
-    """Compare option texts loosely: case, markdown, LaTeX text wrappers, spacing, end punctuation.
-
-    Cached: every verify compares against all of its task's option texts, the same strings each time."""
-    text = _unwrap(text)
-    text = " ".join(_MARKUP.sub("", text).lower().split())
-    return text.strip(" .,;:!\"'")
-
-
-def _by_text(fragment: str, options: Options) -> str | None:
-    """The letter whose option text equals the fragment (only when exactly one option matches)."""
-    target = _norm(fragment)
-    if not target:
-        return None
-    hits = [letter for letter, text in options if _norm(text) == target]
-    return hits[0] if len(hits) == 1 else None
-
-
-def _single_letter(content: str, letters: Sequence[str]) -> str | None:
-    """Strict reading: after dropping spaces and brackets, exactly one allowed uppercase letter."""
-    core = re.sub(r"[\s\[\]().]", "", content)
-    return core if len(core) == 1 and core in letters else None
-
-
-# An uppercase letter standing alone is an option mention ("B", "(B)", "B)", "option B")...
-_MENTION = re.compile(r"(?<![A-Za-z0-9'’\\])([A-Z])(?![A-Za-z0-9'’])")
-# ...except the article "A" and the pronoun "I" in running text ("A nitrogen atom", "I think"): one
-# followed by a lowercase word that is not a conjunction or a verb of judgement.
-_LINKS = {"or", "and", "nor", "is", "was", "are", "seems", "looks", "fits", "matches", "vs", "versus", "then",
-          "but", "too", "also", "would", "should", "could", "might", "must", "can", "will", "appears", "if",
-          "because", "since", "as", "being", "has", "remains", "wins", "alone", "only"}
-_AFTER_WORD = re.compile(r"\s+([a-z]+)")
-# Mentions that reject an option rather than choose it: "not C", "rather than C", "instead of C".
-_NEGATED = re.compile(r"(?i:\bnot|\bthan|\binstead\s+of|\bexcept|\bexcluding|\bisn'?t|\bover)\s*[(\[*]*$")
-
-
-def _mentions(text: str, letters: Sequence[str], options: Options) -> list[str]:
-    """Distinct option letters named in ``text``, in order, ignoring restated option texts, articles
-    and negated mentions."""
-    for _, option_text in options:  # "B) Vitamin C": the C belongs to the option's text
-        if len(option_text.strip()) > 1:
-            text = re.sub(re.escape(option_text.strip()), " ", text, flags=re.IGNORECASE)
-    seen: list[str] = []
-    for m in _MENTION.finditer(text):
-        letter = m.group(1)
-        if letter not in letters or letter in seen:
-            continue
-        if letter in ("A", "I"):
-            nxt = _AFTER_WORD.match(text, m.end())
-            if nxt and nxt.group(1) not in _LINKS:
-                continue
-        if _NEGATED.search(text[max(0, m.start() - 24) : m.start()]):
-            continue
-        seen.append(letter)
-    return seen
-
-
-_HEAD_PREFIX = re.compile(r"^(?:[\s*_`(\[{\"'>]|(?i:option|choice|letter)\s+)+")
-_HEAD = re.compile(r"([A-Za-z])(?![A-Za-z0-9'’])")
-
-
-def _read(fragment: str, letters: Sequence[str], options: Options) -> tuple[str | None, tuple[str, ...]]:
-    """What an answer fragment commits to: ``(letter, ())``, ``(None, candidates)`` when it names
-    several options, ``(None, ())`` when it names none."""
-    fragment = _unwrap(fragment).strip()
-    whole = _by_text(fragment, options)
-    if whole:
-        return whole, ()
-    head_letter: str | None = None
-    head = _HEAD_PREFIX.sub("", fragment)
-    m = _HEAD.match(head)
-    if m:
-        rest = head[m.end() :]
-        if m.group(1).isupper():
-            head_letter = m.group(1)
-        elif not rest.strip(" \t.*]}_`\"'") or re.match(r"\s*[):]", rest):
-            # A lowercase letter is only an answer alone or as a label ("answer: b", "b) text"), not "a bit".
-            head_letter = m.group(1).upper()
-    named = _mentions(fragment, letters, options)
-    if head_letter is not None and head_letter in letters and head_letter not in named:
-        named.insert(0, head_letter)
-    if len(named) > 1:
-        return None, tuple(named)
-    if named:
-        return named[0], ()
-    # "The answer is Paris, because..." -> the text up to the first clause break names the option.
-    first = re.split(r"[\n,;(]|\.\s|\s[-–—]\s", fragment, maxsplit=1)[0]
-    return (_by_text(first, options) if first != fragment else None), ()
-
+GRADING_MODES = ("auto", "strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon", "boxed_or_answer_colon")
 
 _ANSWER_PHRASE = re.compile(
     r"(?:(?:final|correct|right|best)\s+(?:answer|option|choice)|\banswer|\bmy\s+(?:choice|pick))"
@@ -301,24 +122,6 @@ def _revised(text: str, after: int, letter: str, letters: Sequence[str]) -> tupl
     return tuple(dict.fromkeys(others))
 
 
-def _boxed_modes(text: str, letters: Sequence[str], options: Options, mode: str) -> Extraction:
-    boxes = find_boxed(text)
-    if not boxes:
-        return Extraction(None, reason="no_boxed_answer")
-    content = boxes[-1][1]
-    letter = _single_letter(content, letters)
-    if letter:
-        return Extraction(letter, method="boxed")
-    if mode == "lenient_boxed":
-        letter = _by_text(content, options)
-        if letter:
-            return Extraction(letter, method="boxed_option_text")
-    _, cands = _read(content, letters, options)
-    if cands:
-        return Extraction(None, reason=AMBIGUOUS, candidates=cands)
-    return Extraction(None, reason="boxed_not_single_letter")
-
-
 def extract(text: str, options: Options, mode: str = "auto") -> Extraction:
     """The answer letter in ``text`` under ``mode``; the last committed answer wins."""
     letters = [letter for letter, _ in options] or [chr(c) for c in range(ord("A"), ord("Z") + 1)]
@@ -326,12 +129,14 @@ def extract(text: str, options: Options, mode: str = "auto") -> Extraction:
         return Extraction(None, reason="empty_response")
     if mode in ("strict_single_letter_boxed", "lenient_boxed"):
         return _boxed_modes(text, letters, options, mode)
+    if mode == "boxed_or_answer_colon":
+        return _boxed_or_answer_colon(text, letters, options)
     if mode == "lenient_answer_colon":
         colons = list(re.finditer(r"answer\s*:", text, re.IGNORECASE))
         if not colons:
             return Extraction(None, reason="no_answer_colon")
         fragment = text[colons[-1].end() :].strip().split("\n", 1)[0]
-        letter = _single_letter(fragment, letters) or _by_text(fragment, options)
+        letter = _lone_letter(fragment, letters) or _by_text(fragment, options)
         if letter:
             return Extraction(letter, method="answer_colon")
         _, cands = _read(fragment, letters, options)

@@ -4,6 +4,11 @@ A task names a dataset, a seed, an index (and optionally the dataset's config an
 environment regenerates that exact entry and scores the answer with the dataset's own scorer, so any
 of the library's datasets can be evaluated without copying its data. A row whose question no longer
 matches the regenerated one (a different library version) is rejected rather than scored wrongly.
+
+A row may instead carry its entry (``metadata.entry``: ``question``, ``answer`` and the library's
+``metadata`` with ``source_dataset``), as NeMo Gym's reasoning_gym rows do: it is then scored by the
+scorer reasoning-gym registers for that ``source_dataset`` (``get_score_answer_fn``), on the entry as
+given, and its prompt is the row's own.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from palaestra.core.environment import Environment
@@ -45,6 +51,35 @@ def library_version() -> str:
         return version("reasoning-gym")
     except PackageNotFoundError:
         return "not installed"
+
+
+@dataclass(frozen=True)
+class _Scorer:
+    """The scorer reasoning-gym registers for one dataset name, in the dataset object's calling shape."""
+
+    name: str
+    fn: Any
+
+    def score_answer(self, answer: str, entry: dict[str, Any]) -> float:
+        return float(self.fn(answer=answer, entry=entry))
+
+
+def _carried(task: Task) -> tuple[_Scorer, dict[str, Any]]:
+    entry = task.metadata.get("entry")
+    inner = entry.get("metadata") if isinstance(entry, dict) else None
+    name = inner.get("source_dataset") if isinstance(inner, dict) else None
+    if not isinstance(entry, dict) or not isinstance(name, str) or entry.get("answer") is None:
+        raise InvalidTask(f"reasoning_gym task '{task.id}': metadata.entry needs 'answer' and "
+                          "metadata.source_dataset (the reasoning-gym dataset whose scorer grades it)",
+                          hint='e.g. {"question": ..., "answer": ..., "metadata": {"source_dataset": "leg_counting"}}')
+    rg = _library()
+    try:
+        fn = rg.get_score_answer_fn(name)
+    except Exception as exc:
+        raise InvalidTask(f"reasoning_gym task '{task.id}': reasoning-gym {library_version()} has no scorer for "
+                          f"source_dataset {name!r} ({type(exc).__name__}: {exc})",
+                          hint="check the dataset name (reasoning_gym.factory.DATASETS)") from None
+    return _Scorer(name, fn), entry
 
 
 class ReasoningGym(Environment):
@@ -82,8 +117,11 @@ class ReasoningGym(Environment):
         return ds
 
     def entry(self, task: Task) -> tuple[Any, dict[str, Any]]:
-        """The dataset and the regenerated entry a task points at."""
+        """The dataset (anything with ``score_answer(answer, entry)``) and the entry a task points at:
+        regenerated from (dataset, seed, index), or carried in ``metadata.entry``."""
         meta = task.metadata
+        if "entry" in meta:
+            return _carried(task)
         name, seed, index = meta.get("dataset"), meta.get("seed"), meta.get("index")
         if not isinstance(name, str) or not isinstance(seed, int) or not isinstance(index, int) or index < 0:
             raise InvalidTask(f"reasoning_gym task '{task.id}' needs metadata.dataset (str), seed (int) and "
@@ -116,6 +154,8 @@ class ReasoningGym(Environment):
     # ---- environment -------------------------------------------------------------------------------
     def check_task(self, task: Task) -> None:
         _, item = self.entry(task)
+        if "entry" in task.metadata:
+            return  # a carried entry is its own question
         question = task.input if isinstance(task.input, str) else None
         if question is not None and question.strip() and question.strip() != str(item["question"]).strip():
             raise InvalidTask(
@@ -125,7 +165,9 @@ class ReasoningGym(Environment):
                 hint="regenerate the rows with this library version (python -m palaestra.envs.reasoning_gym.generate)")
 
     def prompt(self, task: Task) -> list[dict[str, Any]]:
-        """An empty input is filled with the generated question."""
+        """An empty input is filled with the generated question; a carried entry's row is sent as it is."""
+        if "entry" in task.metadata:
+            return task.messages()
         if isinstance(task.input, str) and not task.input.strip():
             _, item = self.entry(task)
             task = task.model_copy(update={"input": str(item["question"])})
@@ -134,7 +176,8 @@ class ReasoningGym(Environment):
     def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         ds, item = self.entry(state)
         answer = extract_answer(trajectory.final_text())
-        meta: dict[str, Any] = {"dataset": state.metadata["dataset"]}
+        dataset = ds.name if isinstance(ds, _Scorer) else state.metadata["dataset"]
+        meta: dict[str, Any] = {"dataset": dataset}
         if answer is None:
             return Verdict(reward=0.0, passed=False, components={"score": 0.0},
                            metadata={**meta, "reason": "no_answer"})
@@ -144,7 +187,7 @@ class ReasoningGym(Environment):
             meta["scorer_error"] = f"{type(exc).__name__}: {exc}"[:300]
             score = 0.0
         if not 0.0 <= score <= 1.0:
-            raise VerifierError(f"reasoning-gym scorer of {state.metadata['dataset']} returned {score}, not in [0, 1]")
+            raise VerifierError(f"reasoning-gym scorer of {dataset} returned {score}, not in [0, 1]")
         return Verdict(reward=score, passed=score >= 1.0, components={"score": score}, metadata=meta, answer=answer)
 
     def reference(self, task: Task) -> Reference:

@@ -1,6 +1,10 @@
 """``sql``: text-to-SQL on bundled SQLite databases. The model's query is run read-only, with a time
 limit, and its result set is compared with the gold query's: what counts is the answer the query
 returns, not how it is written.
+
+Rows that name their ``sql_dialect`` (NeMo Gym's text_to_sql rows, whose ``sql_context`` becomes
+``db_script``) are accepted for ``sqlite`` only, and only when the script builds the database and the gold
+query runs on it; their prompt already shows the schema, so it is sent as it is.
 """
 
 from __future__ import annotations
@@ -61,11 +65,29 @@ class SQLEnv(Environment):
                                    "metadata.db_script") from None
 
     def check_task(self, task: Task) -> None:
-        self._script(task)
+        dialect = task.metadata.get("sql_dialect")
+        if dialect is not None and str(dialect).lower() not in ("sqlite", "sqlite3"):
+            raise InvalidTask(f"sql task '{task.id}': metadata.sql_dialect is {dialect!r}; queries are executed on "
+                              "SQLite only, so a row of another dialect cannot be graded by its result set",
+                              hint="use sqlite rows, or grade this one with a judge model")
+        script = self._script(task)
         gold = task.metadata.get("gold_sql")
         if not isinstance(gold, str) or not gold.strip():
             raise InvalidTask(f"sql task '{task.id}' has no metadata.gold_sql",
                               hint="add the query whose result is the right answer")
+        if dialect is not None:  # a row written for another tool: prove now that it can be graded here
+            try:
+                conn = db.open_readonly(script)
+            except sqlite3.Error as exc:
+                raise InvalidTask(f"sql task '{task.id}': metadata.db_script does not build on SQLite: {exc}",
+                                  hint="fix the row's sql_context") from None
+            try:
+                db.run(conn, extract_sql(gold), time_limit_s=self._limit(task), max_rows=self.max_rows)
+            except db.QueryError as exc:
+                raise InvalidTask(f"sql task '{task.id}': metadata.gold_sql fails on SQLite: {exc}",
+                                  hint="fix the row's gold query") from None
+            finally:
+                conn.close()
 
     def seed(self, task: Task) -> SQLState:
         self.check_task(task)
@@ -79,8 +101,10 @@ class SQLEnv(Environment):
         state.conn.close()
 
     def prompt(self, task: Task) -> list[dict[str, Any]]:
-        """Put the database's schema under the question."""
+        """Put the database's schema under the question (a row with ``sql_dialect`` shows it already)."""
         messages = super().prompt(task)
+        if task.metadata.get("sql_dialect") is not None:
+            return messages
         users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
         if not users or not isinstance(messages[users[-1]].get("content"), str):
             return messages

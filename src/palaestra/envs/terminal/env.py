@@ -69,10 +69,12 @@ class Terminal(Environment):
     system_prompt = SYSTEM
     workdir = "/app"
 
-    def __init__(self, sandbox: str | SandboxProvider | None = None) -> None:
-        """``sandbox``: the provider (a name or an instance) for tasks naming none in ``metadata.sandbox``."""
+    def __init__(self, sandbox: str | SandboxProvider | None = None, *, run_id: str | None = None) -> None:
+        """``sandbox``: the provider (a name or an instance) for tasks naming none in ``metadata.sandbox``;
+        ``run_id`` labels the sandboxes this run creates."""
         self._cache: dict[Path, TaskDir] = {}
         self.sandbox = sandbox
+        self.run_id = run_id
 
     # ---- tasks -------------------------------------------------------------------------------------
     def examples(self) -> list[Task]:
@@ -109,7 +111,7 @@ class Terminal(Environment):
         md = task.metadata
         return SandboxSpec(image=md.get("image"), workdir=str(md.get("workdir") or self.workdir), files=files,
                            memory_mb=int(md.get("memory_mb", 1024)), pids=256, disk_mb=int(md.get("disk_mb", 256)),
-                           labels=labels_for(self.name, task, role=role), network=_network(task),
+                           labels=labels_for(self.name, task, run_id=self.run_id, role=role), network=_network(task),
                            lifetime_s=td.agent_timeout_s + td.verifier_timeout_s + 600)
 
     # ---- session ----------------------------------------------------------------------------------

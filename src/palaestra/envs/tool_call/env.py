@@ -64,12 +64,13 @@ def _schema_errors(fn: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
             for e in sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))]
 
 
-def _actual_calls(trajectory: Trajectory) -> list[Call]:
-    """The model's calls: the recorded tool calls, else those in assistant messages. A call whose
-    arguments were not a JSON object keeps ``arguments=None`` (it matches nothing)."""
+def _actual_calls(trajectory: Trajectory, prompt_length: int = 0) -> list[Call]:
+    """The model's calls: the recorded tool calls, else those in assistant messages after the prompt's
+    ``prompt_length`` messages (a task's input may hold a conversation so far, whose calls are not this
+    rollout's). A call whose arguments were not a JSON object keeps ``arguments=None`` (it matches nothing)."""
     raw: list[tuple[str, Any]] = [(r.name, r.arguments) for r in trajectory.tool_calls]
     if not raw:
-        for message in trajectory.messages:
+        for message in trajectory.messages[prompt_length:]:
             if message.get("role") == "assistant":
                 for call in message.get("tool_calls") or []:
                     fn = call.get("function") if isinstance(call, dict) else None
@@ -152,7 +153,9 @@ class ToolCallEnv(Environment):
     def verify(self, state: ToolCallState, trajectory: Trajectory) -> Verdict:
         meta = state.task.metadata
         expected = [Call(c["name"], dict(c.get("arguments") or {})) for c in meta["expected_calls"]]
-        actual = _actual_calls(trajectory)
+        prompt = self.prompt(state.task)
+        prompt_length = len(prompt) if trajectory.messages[:len(prompt)] == prompt else 0
+        actual = _actual_calls(trajectory, prompt_length)
         normalize = bool(meta.get("normalize_strings", False))
         allow_extra = bool(meta.get("allow_extra_arguments", False))
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import importlib.util
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl
 
 from palaestra.core.errors import ConfigError
+from palaestra.plugins.spec import parse_spec as parse_plugin_spec
 
 if TYPE_CHECKING:
     from palaestra.models.local.backend import LocalBackend
 
-OPTIONS = {"dtype", "threads", "max_batch", "max_tokens", "pull"}
+# Typed by the one spec grammar (palaestra.plugins.spec), which names a bad option in its error.
+OPTIONS: dict[str, type] = {"dtype": str, "threads": int, "max_batch": int, "max_tokens": int, "pull": bool}
 REQUIRED = ("torch", "transformers", "gguf", "safetensors")
 
 
@@ -25,15 +26,9 @@ def parse_spec(spec: str) -> tuple[str | None, dict[str, str]]:
     """``local``, ``local:PATH`` or either with ``?key=value&…`` → (path or None, options)."""
     if spec != "local" and not spec.startswith(("local:", "local?")):
         raise ConfigError(f"not a local model spec: {spec!r}", hint="use local or local:PATH")
-    body = spec[len("local"):]
-    body = body.removeprefix(":")
-    path, _, query = body.partition("?")
-    opts = dict(parse_qsl(query, keep_blank_values=True))
-    unknown = sorted(set(opts) - OPTIONS)
-    if unknown:
-        raise ConfigError(f"unknown option(s) {', '.join(unknown)} in model {spec!r}",
-                          hint=f"local model options: {', '.join(sorted(OPTIONS))}")
-    return path or None, opts
+    parsed = parse_plugin_spec(spec, what="model")
+    parsed.check_options(OPTIONS)
+    return parsed.name or None, dict(parsed.options)
 
 
 def missing_packages() -> list[str]:
@@ -42,23 +37,18 @@ def missing_packages() -> list[str]:
 
 def make_local_backend(spec: str = "local", **overrides: Any) -> LocalBackend:
     """A ``LocalBackend`` for ``spec``; keyword overrides (e.g. ``notify=``) win over spec options."""
-    path, opts = parse_spec(spec)
+    path, _ = parse_spec(spec)
     missing = missing_packages()
     if missing:
         raise ConfigError(f"the local model backend needs {', '.join(missing)}, which is not installed",
                           hint="pip install 'palaestra[local]' (with torch==2.13.0 for the CPU build)")
     from palaestra.models.local.backend import LocalBackend
 
-    def integer(key: str) -> int | None:
-        try:
-            return int(opts[key]) if key in opts else None
-        except ValueError:
-            raise ConfigError(f"option {key}={opts[key]!r} in {spec!r} is not an integer") from None
-
-    kwargs: dict[str, Any] = {"dtype": opts.get("dtype", "float32"), "threads": integer("threads"),
-                              "max_batch": integer("max_batch") or 32,
-                              "default_max_tokens": integer("max_tokens") or 1024,
-                              "pull": opts.get("pull", "1").lower() not in ("0", "false", "no")}
+    typed = parse_plugin_spec(spec, what="model").typed(OPTIONS)
+    kwargs: dict[str, Any] = {"dtype": typed.get("dtype", "float32"), "threads": typed.get("threads"),
+                              "max_batch": typed.get("max_batch") or 32,
+                              "default_max_tokens": typed.get("max_tokens") or 1024,
+                              "pull": typed.get("pull", True)}
     kwargs.update(overrides)
     return LocalBackend(path, **kwargs)
 

@@ -63,7 +63,6 @@ def load(options: LoadOptions) -> Loaded:
     notify = options.notify or weights._stderr
     if options.dtype not in DTYPES:
         raise ConfigError(f"unknown dtype {options.dtype!r} for the local model", hint=f"use one of {DTYPES}")
-    weights.offline()
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -73,8 +72,9 @@ def load(options: LoadOptions) -> Loaded:
     torch.set_num_threads(threads)
     found = weights.resolve(options.spec, pull=options.pull, notify=notify)
     t0 = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(str(found.path))
-    model = AutoModelForCausalLM.from_pretrained(str(found.path), dtype=getattr(torch, options.dtype))
+    tokenizer = AutoTokenizer.from_pretrained(str(found.path), **weights.OFFLINE)
+    model = AutoModelForCausalLM.from_pretrained(str(found.path), dtype=getattr(torch, options.dtype),
+                                                 **weights.OFFLINE)
     model.eval()
     load_s = time.perf_counter() - t0
     with torch.inference_mode():

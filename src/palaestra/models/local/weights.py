@@ -43,7 +43,9 @@ def _stderr(message: str) -> None:
 
 def cache_root() -> Path:
     """``$PALAESTRA_CACHE`` or ``~/.cache/palaestra``; models live under ``models/``."""
-    base = os.environ.get("PALAESTRA_CACHE")
+    from palaestra.settings import machine
+
+    base = machine().cache  # $PALAESTRA_CACHE
     return Path(base).expanduser() if base else Path.home() / ".cache" / "palaestra"
 
 
@@ -56,11 +58,9 @@ class Weights:
     origin: str
 
 
-def offline() -> None:
-    """Make every transformers/hub call in this process local-only: a missing file must fail, not download."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# Passed to every ``from_pretrained``: a missing file must fail, not download. (An argument rather than
+# HF_HUB_OFFLINE in the process environment, which would change the hub's behaviour for the rest of the process.)
+OFFLINE: dict[str, bool] = {"local_files_only": True}
 
 
 def installed_gguf() -> Path | None:
@@ -122,7 +122,6 @@ def convert_gguf(gguf: Path, out_dir: Path, notify: Notify = _stderr) -> float:
 
     Written into a sibling temporary directory and renamed, so an interrupted conversion never leaves a
     directory that looks complete. Returns the seconds it took."""
-    offline()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -131,8 +130,9 @@ def convert_gguf(gguf: Path, out_dir: Path, notify: Notify = _stderr) -> float:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, **OFFLINE)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
+                                                     **OFFLINE)
         # The dequantized tensors are plain fp32; drop the GGUF quantizer so transformers will serialize them.
         model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):

@@ -1,0 +1,111 @@
+"""What each harness needs and whether this machine has it: what ``palaestra agent list`` and ``info``
+show, so a user learns that ``codex`` needs a CLI and a network namespace before a run fails on it.
+
+The harnesses themselves come from the agent registry (built-ins and installed plugins); this module
+only describes them. A plugin it does not know is listed with where it came from and no claims."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+from palaestra.agents.registry import REGISTRY, agent_names
+
+__all__ = ["HARNESSES", "Harness", "describe", "describe_all"]
+
+MODEL_ONLY = "the model endpoint only (the run's proxy)"
+JAILED = ("a network namespace per run (unshare; root or unprivileged user namespaces) whose only way out is "
+          "the model endpoint")
+
+
+@dataclass(frozen=True)
+class Harness:
+    """One harness as a user sees it. ``binaries`` are executables it runs, ``python`` the modules it
+    imports (with the pip extra that installs them), ``network`` what it reaches, ``environment`` what it
+    asks of the environment it drives."""
+
+    name: str
+    kind: str
+    summary: str
+    binaries: tuple[str, ...] = ()
+    python: tuple[str, ...] = ()
+    extra: str | None = None
+    network: str = MODEL_ONLY
+    environment: str = "any environment"
+    usage: str = ""
+
+
+HARNESSES: dict[str, Harness] = {h.name: h for h in (
+    Harness("tool", "loop", "Tool-calling loop: model, tool calls, tool outputs, until a final answer."),
+    Harness("single", "loop", "One model call, no tools; its text is the answer (QA environments)."),
+    Harness("bash", "loop", "Mini-SWE-style loop: one shell command per turn in the rollout's sandbox.",
+            environment="a shell tool: run (terminal) or run_python (code)"),
+    Harness("codex", "external CLI", "OpenAI Codex CLI (codex exec), over the Responses API.",
+            binaries=("codex", "unshare"), network=JAILED, usage="npm @openai/codex (bash .ci/setup-agents.sh)"),
+    Harness("claude-code", "external CLI", "Anthropic Claude Code (claude -p), over the Messages API.",
+            binaries=("claude", "unshare"), network=JAILED,
+            usage="npm @anthropic-ai/claude-code (bash .ci/setup-agents.sh)"),
+    Harness("mini-swe-agent", "external CLI", "mini-SWE-agent (mini), over Chat Completions through litellm.",
+            binaries=("mini", "unshare"), network=JAILED, usage="PyPI mini-swe-agent (bash .ci/setup-agents.sh)"),
+    Harness("langgraph", "framework", "A LangGraph graph (ReAct by default) over the rollout's model and tools.",
+            python=("langgraph", "langchain_core"), extra="langgraph",
+            usage="pip install 'palaestra[langgraph]'"),
+    Harness("remote", "agent server", "Any harness served by `palaestra agent serve`, as remote:URL "
+            "[?token_file=PATH]; the run keeps the session, the verdict and the model-call records.",
+            network="HTTP to the agent server, which calls back this run's environment server and model proxy "
+                    "(127.0.0.1 unless the server allows more with --call-host)",
+            environment="any (it is mounted as a local server process for the agent server to call)",
+            usage="palaestra agent serve NAME --port PORT; then --agent remote:http://127.0.0.1:PORT"),
+)}
+
+
+def _external_problem(name: str) -> list[str]:
+    """What keeps an external CLI from running here: the executable, then the jail."""
+    from palaestra.agents.external import ADAPTERS
+    from palaestra.agents.external.netns import isolation_problem
+
+    missing: list[str] = []
+    adapter = ADAPTERS[name]()
+    if not adapter.available():
+        missing.append(f"the `{adapter.executable}` CLI ({adapter.package})")
+    problem = isolation_problem()
+    if problem is not None:
+        missing.append(f"network isolation: {problem}")
+    return missing
+
+
+def _missing(h: Harness) -> list[str]:
+    if h.kind == "external CLI":
+        try:
+            return _external_problem(h.name)
+        except Exception as exc:  # a broken lookup is reported, never a crash of `agent list`
+            return [f"cannot check: {type(exc).__name__}: {exc}"]
+    return [f"Python module {m} (pip install 'palaestra[{h.extra}]')" if h.extra else f"Python module {m}"
+            for m in h.python if importlib.util.find_spec(m) is None]
+
+
+def describe(name: str) -> dict[str, Any]:
+    """One harness: what it is, what it needs, whether it is installed here (and what is missing)."""
+    plugin = REGISTRY.get(name)
+    known = HARNESSES.get(name)
+    out: dict[str, Any] = {"name": name, "origin": plugin.origin if plugin else "unknown",
+                           "target": plugin.target if plugin else None}
+    if known is None:  # a plugin from an installed package: it says what it needs, not this table
+        out.update({"kind": "plugin", "summary": "", "needs": {}, "installed": plugin is not None, "missing": []})
+        return out
+    missing = _missing(known)
+    out.update({
+        "kind": known.kind, "summary": known.summary,
+        "needs": {"binaries": list(known.binaries), "python": list(known.python), "extra": known.extra,
+                  "network": known.network, "environment": known.environment},
+        "install": known.usage or None, "installed": not missing, "missing": missing,
+    })
+    return out
+
+
+def describe_all() -> list[dict[str, Any]]:
+    """Every harness the registry knows, built-ins first in their declared order."""
+    names = agent_names()
+    ordered = [n for n in HARNESSES if n in names] + sorted(n for n in names if n not in HARNESSES)
+    return [describe(n) for n in ordered]

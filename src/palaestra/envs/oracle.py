@@ -1,0 +1,25 @@
+"""The oracle's answer book: every bundled task's reference, keyed by its prompt.
+
+A standalone oracle model server gets requests that carry no rollout context, so it looks the answer up
+by the prompt. It lives here, not in ``models/``, because building it loads environments, and models sit
+below environments in the layers (docs/architecture.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from palaestra.envs.registry import load_env
+from palaestra.models.scripted import reference_key
+
+
+def oracle_references(env_specs: Sequence[str]) -> dict[str, Any]:
+    """References of the bundled tasks of the given environments, keyed by their prompt."""
+    refs: dict[str, Any] = {}
+    for spec in env_specs:
+        env = load_env(spec)
+        for task in env.examples():
+            ref = env.reference(task)
+            if ref is not None:
+                refs[reference_key(env.prompt(task))] = ref
+    return refs

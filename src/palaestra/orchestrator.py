@@ -1,0 +1,151 @@
+"""The orchestrator (DESIGN §1): one evaluation run from its config to its metrics and report.
+
+It sits above everything a run uses: the collector (local, or the Ray collector of ``cluster/`` when the
+run names a cluster), the metrics, the report and the token-fidelity summary of ``train/``. Nothing
+below imports it, which is what keeps ``rollout`` free of upward imports (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from palaestra.core.errors import InvalidTask
+from palaestra.core.records import Rollout, Task
+from palaestra.envs.registry import accepted_options, load_env_class, register_alias, spec_for
+from palaestra.metrics.summary import RunStatus, compute_metrics, run_status
+from palaestra.metrics.usage import model_usage
+from palaestra.rollout import rundir
+from palaestra.rollout.collector import Collector, ProgressFn, check_size, plan
+from palaestra.rollout.config import RunConfig, effective_settings, env_options
+from palaestra.rollout.journal import read_journal
+from palaestra.rollout.results import env_metrics, expected_counts, read_rollouts
+from palaestra.rollout.selection import select_tasks
+from palaestra.rollout.tasks import read_tasks, write_tasks
+from palaestra.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    """What ``run_eval`` did, with everything the CLI prints: metrics, the verdict on the run (``status``,
+    whose ``exit_code`` the CLI exits with), the skipped rows and the journal lines that could not be
+    read."""
+
+    run_dir: Path
+    metrics: dict[str, Any]
+    collected: int = 0
+    skipped_rows: list[str] = field(default_factory=list)
+    resumed: int = 0
+    wall_s: float = 0.0
+    status: RunStatus | None = None
+    journal_problems: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return self.status.exit_code if self.status is not None else 0
+
+
+def write_metrics(run_dir: Path, tasks: list[Task], repeats: int,
+                  prices: dict[str, float] | None = None) -> dict[str, Any]:
+    """Metrics from the journal, written to metrics.json. Every journal line that could not be read is
+    counted in ``journal_unreadable`` and described (with its line) in ``journal_problems`` (not JSON)
+    or ``invalid_records`` (JSON, not a Rollout)."""
+    records, rollouts, problems, invalid = read_rollouts(run_dir / rundir.JOURNAL)
+    parsed: list[Rollout | dict[str, Any]] = list(rollouts)
+    metrics = compute_metrics(parsed, expected_counts(tasks, repeats))
+    metrics["invalid_records"] = invalid
+    metrics["journal_unreadable"] = len(problems) + len(invalid)
+    metrics["model_usage"] = model_usage(records, prices)
+    with_tokens = [r for r in parsed if isinstance(r, Rollout)
+                   and any(c.generation_token_ids for c in r.trajectory.model_calls)]
+    if with_tokens:  # token fidelity for RL: how many turns extend the previous turn's exact tokens
+        from palaestra.train.sequence import drift_summary
+
+        metrics["token_fidelity"] = drift_summary(with_tokens)
+    hooks = env_metrics(parsed)
+    if hooks:
+        metrics["env_metrics"] = hooks
+    if problems:
+        metrics["journal_problems"] = problems
+    with rundir.guard_fs("write metrics to", run_dir / rundir.METRICS):
+        rundir.write_json_atomic(run_dir / rundir.METRICS, metrics)
+    return metrics
+
+
+async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | None = None,
+                   on_rollout: ProgressFn | None = None, settings: Settings | None = None,
+                   sources: dict[str, str] | None = None) -> RunResult:
+    """Start or resume the run in ``cfg.out``; return its metrics and the verdict on it.
+
+    Everything that can be known before the first rollout is checked first, so a run that cannot
+    succeed costs nothing: every row against its environment (all bad rows in one error), the run's size
+    against ``max_rollouts``, and that the run directory can be written. A run that went ahead but did
+    not reach ``min_coverage`` is not an exception: ``RunResult.status`` says so, and why.
+
+    ``settings`` (what the edge read from the environment) and ``sources`` (where each of ``cfg``'s values
+    came from, as ``rollout.config.resolve`` says) are recorded in run.json as the effective settings;
+    nothing here reads the environment. The run's id reaches what labels sandboxes as ``cfg.run_id``."""
+    t0 = time.perf_counter()
+    if cfg.repeats > cfg.max_rollouts:  # before reading a single row: the answer cannot change
+        check_size(None, cfg.repeats, cfg.max_rollouts)
+    run_dir = Path(cfg.out) if cfg.out else rundir.default_out(cfg.env)
+    skipped: list[str] = []
+    if (run_dir / rundir.TASKS).is_file() and (run_dir / rundir.RUN_JSON).is_file():
+        with rundir.guard_fs("read the run in", run_dir):
+            tasks = read_tasks(run_dir / rundir.TASKS)  # resume: the snapshot is the truth
+            manifest = rundir.read_manifest(run_dir)
+            manifest_envs = manifest.get("envs", {})
+        cfg = cfg.model_copy(update={"run_id": str(manifest.get("run_id") or "") or None})
+        for name, meta in manifest_envs.items():
+            register_alias(name, meta.get("spec", name))
+        check_size(len(tasks), cfg.repeats, cfg.max_rollouts)
+    else:
+        tasks, skipped = select_tasks(cfg)
+        if not tasks:
+            raise InvalidTask("no tasks to run" + (f" ({len(skipped)} invalid row(s) skipped)" if skipped else ""),
+                              hint="check --input/--env and --limit")
+        check_size(len(tasks), cfg.repeats, cfg.max_rollouts)
+        cfg = cfg.model_copy(update={"run_id": cfg.run_id or uuid.uuid4().hex})
+        options = env_options(cfg)
+        envs = {}
+        for name in sorted({t.env for t in tasks}):
+            cls = load_env_class(name)
+            envs[name] = {"spec": spec_for(name), "version": cls.version, "verifier_hash": cls.verifier_hash()}
+            # Grading that cannot work (no judge configured) refuses the run here, before anything is written;
+            # what the environment reports (which judge grades) is recorded in run.json.
+            envs[name].update(cls(**accepted_options(cls, options)).preflight([t for t in tasks if t.env == name]))
+        with rundir.guard_fs("create the run directory", run_dir):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            write_tasks(run_dir / rundir.TASKS, tasks)
+            manifest = rundir.run_manifest(str(cfg.run_id), cfg.model_dump(mode="json"), envs, len(tasks),
+                                           cfg.repeats)
+            manifest["settings"] = effective_settings(cfg, sources, settings, envs=[load_env_class(n) for n in envs])
+            rundir.write_json_atomic(run_dir / rundir.RUN_JSON, manifest)
+    records, _ = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
+    pending, already = plan(tasks, cfg.repeats, records, cfg.max_attempts)
+    del records
+    if on_start:
+        on_start(len(tasks) * cfg.repeats, already)
+    if pending:
+        if cfg.cluster:  # the same loop, with each attempt run by a worker actor on Ray (cluster/driver.py)
+            from palaestra.cluster.driver import RayCollector
+
+            await RayCollector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
+        else:
+            await Collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
+    metrics = write_metrics(run_dir, tasks, cfg.repeats, cfg.model_prices)
+    try:
+        from palaestra.report import write_report
+
+        write_report(run_dir)
+    except Exception as exc:  # the run's data is safe in the journal; a report bug must not fail the run
+        log.warning("could not write report.html for %s: %s: %s", run_dir, type(exc).__name__, exc)
+    unreadable = list(metrics.get("journal_problems") or []) + list(metrics.get("invalid_records") or [])
+    return RunResult(run_dir, metrics, len(pending), skipped, already, time.perf_counter() - t0,
+                     status=run_status(metrics, cfg.min_coverage), journal_problems=unreadable)

@@ -1,0 +1,68 @@
+"""Reading a run back: the journal's records expanded into Rollouts (every unreadable line named, none
+dropped silently), the counts a run expects, and each environment's own metrics hook. Shared by the
+orchestrator (metrics.json) and ``reverify``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from palaestra.core.records import Rollout, Task
+from palaestra.envs.registry import load_env_class
+from palaestra.rollout import rundir
+from palaestra.rollout.compact import CompactError, RunTasks, expand_record
+from palaestra.rollout.journal import read_journal
+
+
+def expected_counts(tasks: list[Task], repeats: int) -> dict[tuple[str, str], int]:
+    return {(t.env, t.id): repeats for t in tasks}
+
+
+def read_rollouts(path: Path) -> tuple[list[dict[str, Any]], list[Rollout], list[str], list[str]]:
+    """The journal's records, its valid Rollouts, the lines that are not JSON records (torn, garbage), and
+    the records that are JSON but not Rollouts — each problem naming its line, so none is dropped
+    silently."""
+    lines: list[int] = []
+    records, problems = read_journal(path, missing_ok=True, lines=lines)
+    rollouts: list[Rollout] = []
+    invalid: list[str] = []
+    tasks = RunTasks(path.parent / rundir.TASKS)  # compact records reference their task's input
+    for lineno, r in zip(lines, records, strict=True):
+        try:
+            rollouts.append(Rollout.model_validate(expand_record(r, tasks)))
+        except CompactError as exc:
+            invalid.append(f"{path}:{lineno}: cannot be expanded ({exc}); line skipped")
+        except ValueError as exc:
+            errors = getattr(exc, "errors", None)
+            first = errors()[0] if callable(errors) and errors() else None
+            why = f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else str(exc)[:200]
+            invalid.append(f"{path}:{lineno}: not a Rollout ({why}); line skipped")
+    return records, rollouts, problems, invalid
+
+
+def parse_records(records: list[dict[str, Any]]) -> list[Rollout | dict[str, Any]]:
+    """Journal dicts → Rollouts, once; an invalid one stays a dict so compute_metrics can report it."""
+    out: list[Rollout | dict[str, Any]] = []
+    for r in records:
+        try:
+            out.append(Rollout.model_validate(r))
+        except ValueError:
+            out.append(r)
+    return out
+
+
+def env_metrics(rollouts: list[Rollout | dict[str, Any]]) -> dict[str, Any]:
+    """Each environment's own metrics hook, over its valid journal records."""
+    by_env: dict[str, list[Rollout]] = {}
+    for r in rollouts:
+        if isinstance(r, Rollout):
+            by_env.setdefault(r.env, []).append(r)
+    out: dict[str, Any] = {}
+    for name, env_rollouts in sorted(by_env.items()):
+        try:
+            extra = load_env_class(name)().metrics(env_rollouts)
+        except Exception as exc:  # a buggy hook must not cost the run its metrics
+            extra = {"error": f"{type(exc).__name__}: {exc}"}
+        if extra:
+            out[name] = extra
+    return out
