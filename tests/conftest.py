@@ -53,6 +53,7 @@ CAPABILITIES: dict[str, str] = {
     "pyarrow": "the [parquet] extra",
     "openenv": "the [openenv] extra",
     "verifiers": "the [verifiers] extra (Python >= 3.11)",
+    "aviary": "the [aviary] extra (fhaviary; Python >= 3.11)",
     "openai": "the openai package (the [dev] extra)",
     "mlflow": "the [mlflow] extra",
     "wandb": "the [wandb] extra",

@@ -65,10 +65,11 @@ async def test_not_done_is_not_passed_and_reward_modes(openenv_url: str) -> None
             except ToolError:
                 pass
         assert state.rewards == [0.0, 1.0] and state.done
-        type(env).reward_mode = "last"
-        assert env.verify(state, Trajectory()).reward == 1.0
+        for mode in ("final", "last", "sum", "max"):  # one terminal reward of 1: every mode agrees
+            type(env).reward_mode = mode
+            assert env.verify(state, Trajectory()).reward == 1.0
     finally:
-        type(env).reward_mode = "sum"
+        type(env).reward_mode = "final"
         await env.close(state)
     state = await env.seed(task)
     try:

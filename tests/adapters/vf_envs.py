@@ -72,3 +72,63 @@ class VfAdder(VerifiersEnvironment):
         info = task.metadata["vf_row"]["info"]
         return Reference(tool_calls=[ToolCall(name="add", arguments={"a": info["a"], "b": info["b"]})],
                          final_answer=str(task.metadata["answer"]))
+
+
+# ---- published environments' shapes ----------------------------------------------------------------
+# verifiers' own reasoning-gym integration (verifiers.envs.integrations.reasoninggym_env): its answer
+# column holds the row's index into the reasoning-gym dataset, the true answer lives in that dataset.
+def load_rg_env() -> Any:
+    from verifiers.envs.integrations.reasoninggym_env import ReasoningGymEnv
+
+    return ReasoningGymEnv(gym="basic_arithmetic", num_train_examples=2, num_eval_examples=4, seed=3)
+
+
+class VfReasoningGym(VerifiersEnvironment):
+    name = "vf-rg"
+    verifiers_env = "vf_envs:load_rg_env"
+
+
+def tool_a(x: int) -> int:
+    """Add 1 to an integer.
+
+    Args:
+        x: The integer.
+    """
+    return x + 1
+
+
+def tool_b(x: str) -> str:
+    """Append "2" to a string.
+
+    Args:
+        x: The string.
+    """
+    return x + "2"
+
+
+def load_tool_test() -> Any:
+    """The shape of verifiers' ``tool_test`` environment: one model turn (``max_turns=1``) that must call
+    exactly the listed tools, read off the completion's last message as verifiers leaves it."""
+    rows = [{"prompt": [{"role": "user", "content": f"Call these tools with arguments of your choice: {names}"}],
+             "info": {"tool_names": names}} for names in (["tool_a"], ["tool_a", "tool_b"], ["tool_b"])]
+
+    def called_exactly(completion: Any, info: dict[str, Any]) -> float:
+        last = completion[-1]
+        calls = (last.tool_calls or []) if last.role == "assistant" else []
+        return 1.0 if sorted(c.name for c in calls) == sorted(info["tool_names"]) else 0.0
+
+    return vf.ToolEnv(eval_dataset=Dataset.from_list(rows), tools=[tool_a, tool_b],
+                      rubric=vf.Rubric(funcs=[called_exactly]), max_turns=1)
+
+
+class VfToolTest(VerifiersEnvironment):
+    name = "vf-tool-test"
+    mechanism = "multi-turn"
+    verifiers_env = "vf_envs:load_tool_test"
+
+    def reference(self, task: Task) -> Reference:
+        """Every listed tool called in the one turn verifiers scores (the row says which, not with what)."""
+        args: dict[str, dict[str, Any]] = {"tool_a": {"x": 1}, "tool_b": {"x": "s"}}
+        names = task.metadata["vf_row"]["info"]["tool_names"]
+        return Reference(tool_calls=[ToolCall(name=n, arguments=args[n]) for n in names], parallel=True,
+                         final_answer="done")

@@ -89,3 +89,33 @@ def test_generator_cli_writes_task_rows(capsys: pytest.CaptureFixture[str]) -> N
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["id"] for r in rows] == ["rg-gcd-s3-000", "rg-gcd-s3-001"]
     assert all(ReasoningGym().verify(Task.model_validate(r), Trajectory(final_answer="")).reward == 0 for r in rows)
+
+
+def test_references_are_verified_by_the_datasets_scorer_or_absent() -> None:
+    env = ReasoningGym()
+    # graph_color's entries have no answer; the generator's possible_answer is a colouring the scorer accepts
+    colour = _row("graph_color", index=1, size=2)
+    assert env.entry(colour)[1]["answer"] is None
+    ref = env.reference(colour)
+    assert ref is not None and env.verify(colour, Trajectory(final_answer=ref.final_answer)).reward == 1.0
+    assert env.verify(colour, Trajectory(final_answer="<answer>{}</answer>")).reward < 1.0
+    # boxnet leaves no solution anywhere: no reference, rather than one that scores 0
+    assert env.reference(_row("boxnet")) is None
+
+
+def test_composite_is_generated_from_a_config_of_dataset_objects() -> None:
+    config = {"datasets": [{"name": "chain_sum", "weight": 1, "config": {}},
+                           {"name": "gcd", "weight": 1, "config": {}}]}
+    tasks = ReasoningGym.generate_tasks("composite", 6, seed=4, config=config)
+    env = ReasoningGym()
+    sources = set()
+    for task in tasks:
+        env.check_task(task)
+        ref = env.reference(task)
+        assert ref is not None and env.verify(task, Trajectory(final_answer=ref.final_answer)).reward == 1.0
+        sources.add(env.entry(task)[1]["metadata"]["source_dataset"])
+    assert sources <= {"chain_sum", "gcd"} and sources
+    with pytest.raises(InvalidTask, match="composite"):
+        env.check_task(_row("composite"))
+    with pytest.raises(InvalidTask, match="needs a name"):
+        env.check_task(_row("composite", config={"datasets": [{"weight": 1}]}))

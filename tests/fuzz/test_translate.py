@@ -288,7 +288,8 @@ class HugeUsage(Echo):
 
 
 @pytest.mark.parametrize(("path", "body"), [("/v1/responses", {"input": "hi"}),
-                                            ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}]})])
+                                            ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}],
+                                                             "max_tokens": 16})])
 async def test_proxy_survives_huge_token_counts(path: str, body: dict[str, Any]) -> None:
     app = create_model_app(ModelProxy(HugeUsage()))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
@@ -316,7 +317,7 @@ async def test_proxy_answers_valid_json_for_an_unencodable_backend_answer(path: 
     app = create_model_app(proxy)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     body = {"messages": [{"role": "user", "content": "hi"}], "input": "hi", "stream": stream,
-            "stream_options": {"include_usage": True}}
+            "stream_options": {"include_usage": True}, "max_tokens": 16}
     async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
         resp = await client.post("/rollouts/r1" + path, json=body)
     assert proxy.pop_calls("r1")[0].usage == {}  # the recorded call keeps only plausible counts

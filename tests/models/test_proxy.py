@@ -23,6 +23,7 @@ from palaestra.wire import anthropic, responses, translate
 REF = Reference(tool_calls=[ToolCall(name="get_weather", arguments={"city": "Paris"})],
                 final_answer="Sunny, 21C")
 WEATHER: dict[str, Any] = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+HI: list[Any] = [{"role": "user", "content": "hi"}]
 CHAT_TOOLS: list[Any] = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
 
 
@@ -146,7 +147,8 @@ async def test_bad_requests_answer_400_json(asgi: tuple[ModelProxy, httpx.AsyncC
 async def test_backend_errors_are_recorded_and_answered() -> None:
     proxy, client = make(ScriptedBackend("null", failure_rate=1.0))
     async with client:
-        r = await client.post("/rollouts/r1/v1/chat/completions", json={"messages": []})
+        r = await client.post("/rollouts/r1/v1/chat/completions",
+                              json={"messages": HI})
     assert r.status_code == 502 and r.json()["error"]["kind"] == "model"
     assert "Traceback" not in r.text
     [call] = proxy.pop_calls("r1")
@@ -165,7 +167,7 @@ async def test_upstream_4xx_passes_through(live_server: Any) -> None:
     backend = OpenAIBackend(f"{url}/v1")
     proxy, client = make(backend)
     async with client:
-        r = await client.post("/rollouts/r1/v1/chat/completions", json={"messages": []})
+        r = await client.post("/rollouts/r1/v1/chat/completions", json={"messages": HI})
     await backend.aclose()
     assert r.status_code == 400 and "context length exceeded" in r.json()["error"]["message"]
     assert proxy.pop_calls("r1")[0].status == 400
@@ -193,7 +195,7 @@ class TokenBackend:
 async def test_token_ids_and_logprobs_are_recorded() -> None:
     proxy, client = make(TokenBackend())
     async with client:
-        r = await client.post("/rollouts/r9/v1/chat/completions", json={"messages": []})
+        r = await client.post("/rollouts/r9/v1/chat/completions", json={"messages": HI})
         assert r.status_code == 200
         models = (await client.get("/v1/models")).json()
         health = (await client.get("/healthz")).json()
@@ -256,13 +258,13 @@ async def test_official_openai_sdk(live_server: Any) -> None:
 
 async def test_sse_chat_shape(asgi: tuple[ModelProxy, httpx.AsyncClient]) -> None:
     _, client = asgi
-    r = await client.post("/v1/chat/completions", json={"messages": [], "stream": True})
+    r = await client.post("/v1/chat/completions", json={"messages": HI, "stream": True})
     events = sse(r.text)
     assert events[-1] == (None, "[DONE]")
     assert events[0][1]["choices"][0]["delta"]["role"] == "assistant"
     assert orjson.loads(orjson.dumps(events[-2][1]))["choices"][0]["finish_reason"] == "stop"
     with pytest.raises(ModelError):
-        await ModelProxy(ScriptedBackend("null", failure_rate=1.0)).complete(None, "chat", {"messages": []})
+        await ModelProxy(ScriptedBackend("null", failure_rate=1.0)).complete(None, "chat", {"messages": HI})
 
 
 def test_translate_edge_cases() -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from palaestra.adapters.nemo_gym_trajectory import observability
 from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Rollout, Task
 
@@ -76,17 +77,18 @@ def _token_fields(call: Any) -> dict[str, Any]:
             "generation_log_probs": list(call.generation_logprobs)}
 
 
-def _output_items(rollout: Rollout, first: int) -> list[dict[str, Any]]:
-    """The conversation after the prompt as Responses output items, in order. Token ids of the n-th model
-    call go on the n-th assistant turn's last item (where NeMo RL looks for them)."""
-    items: list[dict[str, Any]] = []
+def turn_groups(rollout: Rollout, first: int) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The conversation after the prompt as Responses items, grouped: ``("model", items)`` for each
+    assistant turn (one model call), ``("env", items)`` for what came back (tool outputs, user messages).
+    Token ids of the n-th model call go on the n-th assistant turn's last item (where NeMo RL looks)."""
+    groups: list[tuple[str, list[dict[str, Any]]]] = []
     messages = rollout.trajectory.messages[first:]
     calls = rollout.trajectory.model_calls
     turn = 0
     for i, m in enumerate(messages):
         role = m.get("role")
         if role == "assistant":
-            start = len(items)
+            items: list[dict[str, Any]] = []
             if m.get("reasoning_content"):
                 items.append({"id": f"rs_{rollout.rollout_id}_{i}", "type": "reasoning",
                               "summary": [{"type": "summary_text", "text": str(m["reasoning_content"])}]})
@@ -102,20 +104,29 @@ def _output_items(rollout: Rollout, first: int) -> list[dict[str, Any]]:
                               "name": str(fn.get("name", "")), "status": "completed",
                               "arguments": args if isinstance(args, str) else orjson.dumps(args).decode()})
             tokens = _token_fields(calls[turn] if turn < len(calls) else None)
-            if tokens and len(items) > start:
+            if tokens and items:
                 items[-1].update(tokens)
+            groups.append(("model", items))
             turn += 1
-        elif role == "tool":
-            items.append({"type": "function_call_output", "call_id": str(m.get("tool_call_id") or ""),
-                          "output": _text(m.get("content"))})
+            continue
+        if role == "tool":
+            item = {"type": "function_call_output", "call_id": str(m.get("tool_call_id") or ""),
+                    "output": _text(m.get("content"))}
         elif role in ("user", "system", "developer"):
-            items.append(_input_item(m))
-    if rollout.trajectory.final_answer and not any(
-            it.get("type") == "message" and it.get("role") == "assistant" for it in items[-1:]):
-        items.append({"id": f"msg_{rollout.rollout_id}_final", "type": "message", "role": "assistant",
-                      "status": "completed",
-                      "content": [{"type": "output_text", "text": rollout.trajectory.final_answer, "annotations": []}]})
-    return items
+            item = _input_item(m)
+        else:
+            continue
+        if groups and groups[-1][0] == "env":
+            groups[-1][1].append(item)
+        else:
+            groups.append(("env", [item]))
+    answer = rollout.trajectory.final_answer
+    last = groups[-1][1][-1:] if groups else []
+    if answer and not any(it.get("type") == "message" and it.get("role") == "assistant" for it in last):
+        groups.append(("final", [{"id": f"msg_{rollout.rollout_id}_final", "type": "message", "role": "assistant",
+                                  "status": "completed",
+                                  "content": [{"type": "output_text", "text": answer, "annotations": []}]}]))
+    return groups
 
 
 def _prompt_length(messages: list[dict[str, Any]]) -> int:
@@ -181,8 +192,9 @@ def result_record(task: Task, index: int, rollout: Rollout) -> dict[str, Any]:
              "output_tokens_details": {"reasoning_tokens": 0},
              "total_tokens": rollout.usage.prompt_tokens + rollout.usage.completion_tokens}
     params = create_params(task, rollout)
+    groups = turn_groups(rollout, _prompt_length(traj.messages))
     response = {"id": f"resp_{rollout.rollout_id}", "object": "response", "created_at": float(rollout.started_at),
-                "model": rollout.model, "output": _output_items(rollout, _prompt_length(traj.messages)),
+                "model": rollout.model, "output": [item for _, items in groups for item in items],
                 "parallel_tool_calls": params.get("parallel_tool_calls") is not False,
                 "tool_choice": params.get("tool_choice") or "auto", "tools": params.get("tools") or [], "usage": usage,
                 "status": "completed", "error": None, "incomplete_details": None, "instructions": None,
@@ -199,6 +211,10 @@ def result_record(task: Task, index: int, rollout: Rollout) -> dict[str, Any]:
     record.update({"id": task.id, "agent_ref": _agent_ref(task, rollout), TASK_INDEX: index,
                    ROLLOUT_INDEX: rollout.repeat, ATTEMPT_INDEX: rollout.attempt,
                    "palaestra_rollout_id": rollout.rollout_id})
+    asked = params.get("input")
+    prompt = [{"role": "user", "content": asked, "type": "message"}] if isinstance(asked, str) else \
+        [it for it in asked or [] if isinstance(it, dict)]
+    record.update(observability(rollout, record, prompt, groups, list(params.get("tools") or [])))
     return record
 
 
@@ -242,7 +258,7 @@ def export_nemo_gym(run_dir: str | Path, out: str | Path) -> NemoGymExport:
     index = {t.id: i for i, t in enumerate(tasks)}
     by_id = {t.id: t for t in tasks}
     records, _ = read_journal(run / JOURNAL)
-    from palaestra.rollout.compact import expand_records
+    from palaestra.rollout.expand import expand_records
 
     records = expand_records(records, by_id)  # compact records reference their task's input: make them whole
     results, inputs, failures = [], [], []

@@ -7,9 +7,17 @@ observation, ``step(action)`` returns the next observation with a ``reward`` and
   the task's ``metadata.reset``, e.g. ``{"seed": 3}`` or a Task-API ``{"split": ..., "index": ...}``);
   the first observation is shown to the model after the task's prompt;
 - the action space is one tool (``step`` by default) whose parameters are the Action's JSON schema;
-  its output is the next observation with its reward and done flag;
-- ``verify`` scores from OpenEnv's own rewards: their sum (or last / max, see ``reward_mode``), and the
-  episode counts as passed when it is done and the score reaches ``pass_threshold``.
+  its output is the next observation with its reward and done flag. An MCP environment (OpenEnv's
+  ``MCPEnvironment``, RFC 003) instead has its MCP tools as Palaestra tools, each with its own schema;
+  a call is one ``call_tool`` step, so its reward and done flag count like any step's;
+- only the keyword arguments ``reset``/``step`` declare are passed (OpenEnv's examples declare
+  ``reset(self)``; its default ``reset_async`` would pass ``seed`` and ``episode_id`` to it);
+- ``verify`` scores from OpenEnv's own rewards as the episode's reward semantics say (``reward_mode``,
+  or a row's ``metadata.reward_mode``): ``final`` (the default: the reward of the step that ended the
+  episode, Gym's terminal reward, so shaped per-step rewards do not add up into the score), ``sum`` (the
+  return) or ``max``; the episode counts as passed when it is done and the score reaches
+  ``pass_threshold``. An environment that gives no reward (e.g. OpenEnv's echo) is graded by overriding
+  ``verify``; ``state.outcomes`` holds every step's observation.
 
 Two ways to reach the environment, chosen by what the subclass sets:
 
@@ -41,7 +49,11 @@ from palaestra.adapters.openenv_sessions import (
     StepOutcome,
     clean_action_schema,
     fetch_schema,
+    is_mcp_environment,
+    list_local_tools,
+    list_remote_tools,
 )
+from palaestra.adapters.openenv_tools import REWARD_MODES, mcp_parameters, mcp_result
 from palaestra.core.environment import Environment
 from palaestra.core.errors import ConfigError, ToolError, UnknownTool
 from palaestra.core.records import Reference, Task, ToolCall, Trajectory, Verdict
@@ -53,6 +65,7 @@ class OpenEnvState:
     session: OpenEnvSession
     first: StepOutcome
     rewards: list[float] = field(default_factory=list)
+    outcomes: list[StepOutcome] = field(default_factory=list)
     done: bool = False
 
 
@@ -66,13 +79,15 @@ class OpenEnvEnvironment(Environment):
     openenv_action: ClassVar[str | None] = None
     step_tool: ClassVar[str] = "step"
     step_description: ClassVar[str] = "Take one action in the environment; returns the observation, reward and done."
-    reward_mode: ClassVar[str] = "sum"  # sum | last | max of the step rewards
+    reward_mode: ClassVar[str] = "final"  # final (terminal step's reward) | sum | max; "last" = final
+    mcp_tools: ClassVar[bool | None] = None  # None: detected (MCPEnvironment, or tools/list on /mcp)
     require_done: ClassVar[bool] = True
     pass_threshold: ClassVar[float] = 1.0
     timeout_s: ClassVar[float] = 60.0
 
     def __init__(self) -> None:
         self._schema: dict[str, Any] | None = None
+        self._mcp: dict[str, dict[str, Any]] | None = None  # MCP tool name -> {description, input_schema}
         self._classes: tuple[Any, Any] | None = None
         self._first_seen: dict[int, str] = {}  # id(task) -> first observation, picked up by prompt()
 
@@ -137,13 +152,31 @@ class OpenEnvEnvironment(Environment):
                 messages.append({"role": "user", "content": note})
         return messages
 
+    def mcp_tool_table(self) -> dict[str, dict[str, Any]]:
+        """The MCP tools by name ({} for a plain OpenEnv environment), listed once."""
+        if self._mcp is None:
+            listed: list[dict[str, Any]] | None = None
+            url = self.url()
+            if self.mcp_tools is not False:
+                if url:
+                    listed = list_remote_tools(url, self.timeout_s)
+                else:
+                    env_cls, action_cls = self._local_classes()
+                    if self.mcp_tools or is_mcp_environment(env_cls, action_cls):
+                        listed = list_local_tools(env_cls)
+            if self.mcp_tools and listed is None:
+                raise ConfigError(f"'{self.name}' sets mcp_tools but its OpenEnv environment lists no MCP tools")
+            self._mcp = {t["name"]: {"description": t["description"], "input_schema": mcp_parameters(t)}
+                         for t in listed or []}
+        return self._mcp
+
     def tool_schemas(self, task: Task | None = None) -> list[dict[str, Any]]:
+        mcp = self.mcp_tool_table()
+        if mcp:
+            return [{"type": "function", "function": {"name": name, "description": t["description"],
+                                                      "parameters": t["input_schema"]}} for name, t in mcp.items()]
         return [{"type": "function", "function": {"name": self.step_tool, "description": self.step_description,
                                                   "parameters": self.action_schema()}}]
-
-    def check_task(self, task: Task) -> None:
-        """A row's ``metadata.reset`` must be an object of reset() arguments: checked at load, not in reset."""
-        self.reset_args(task)
 
     # ---- session -------------------------------------------------------------------------------
     async def seed(self, task: Task) -> OpenEnvState:
@@ -158,15 +191,26 @@ class OpenEnvEnvironment(Environment):
         return OpenEnvState(task=task, session=session, first=first, done=first.done)
 
     async def dynamic_tool(self, state: OpenEnvState, name: str, arguments: Any) -> Any:
-        if name != self.step_tool:
+        mcp = self.mcp_tool_table()
+        if mcp:
+            if name not in mcp:
+                raise UnknownTool(f"unknown tool '{name}' in environment '{self.name}'",
+                                  hint=f"available tools: {', '.join(sorted(mcp))}")
+            args = check_arguments(mcp[name]["input_schema"], arguments, name)
+            action: dict[str, Any] = {"type": "call_tool", "tool_name": name, "arguments": args}
+        elif name != self.step_tool:
             raise UnknownTool(f"unknown tool '{name}' in environment '{self.name}'",
                               hint=f"the only tool is '{self.step_tool}' (one action per call)")
-        action = check_arguments(self.action_schema(), arguments, name)
+        else:
+            action = check_arguments(self.action_schema(), arguments, name)
         if state.done:
             raise ToolError("the episode is over (done)", hint="stop acting and give your final answer")
         outcome = await state.session.step(action)
         state.rewards.append(outcome.reward or 0.0)
+        state.outcomes.append(outcome)
         state.done = outcome.done
+        if mcp:
+            return mcp_result(outcome)
         return {"observation": self.observe(outcome), "reward": outcome.reward, "done": outcome.done}
 
     async def close(self, state: OpenEnvState) -> None:
@@ -174,28 +218,48 @@ class OpenEnvEnvironment(Environment):
         await state.session.close()
 
     # ---- scoring -------------------------------------------------------------------------------
-    def score(self, rewards: list[float]) -> float:
+    def mode_for(self, task: Task) -> str:
+        """The episode's reward semantics: the row's ``metadata.reward_mode``, else the class's."""
+        return self._mode(str(task.metadata.get("reward_mode") or self.reward_mode))
+
+    def _mode(self, mode: str) -> str:
+        mode = "final" if mode == "last" else mode  # "last" was this adapter's name for it before
+        if mode not in REWARD_MODES:
+            raise ConfigError(f"reward_mode '{mode}' of '{self.name}'", hint="use final, sum or max")
+        return mode
+
+    def score(self, rewards: list[float], mode: str | None = None, done: bool = True) -> float:
+        """``final``: the terminal step's reward (0 while the episode has not ended, when ``require_done``);
+        ``sum``: the return; ``max``: the best step."""
+        mode = self._mode(mode or self.reward_mode)
         if not rewards:
             return 0.0
-        if self.reward_mode == "last":
-            return rewards[-1]
-        if self.reward_mode == "max":
-            return max(rewards)
-        if self.reward_mode != "sum":
-            raise ConfigError(f"reward_mode '{self.reward_mode}' of '{self.name}'", hint="use sum, last or max")
-        return float(sum(rewards))
+        if mode == "final":
+            return float(rewards[-1]) if done or not self.require_done else 0.0
+        return float(max(rewards)) if mode == "max" else float(sum(rewards))
+
+    def check_task(self, task: Task) -> None:
+        """A row's ``metadata.reset`` must be an object of reset() arguments and its ``reward_mode`` one
+        the adapter knows: checked at load, not in the middle of a rollout."""
+        self.reset_args(task)
+        self.mode_for(task)
 
     def verify(self, state: OpenEnvState, trajectory: Trajectory) -> Verdict:
-        reward = self.score(state.rewards)
+        reward = self.score(state.rewards, self.mode_for(state.task), state.done)
         passed = (state.done or not self.require_done) and reward >= self.pass_threshold
         return Verdict(reward=reward, passed=passed, components={"return": float(sum(state.rewards)),
                                                                  "done": float(state.done)},
                        metadata={"steps": len(state.rewards), "rewards": state.rewards[-50:]})
 
     def reference(self, task: Task) -> Reference | None:
-        """Gold actions, when a task row carries them (``metadata.reference_actions``: action objects)."""
+        """Gold actions, when a task row carries them (``metadata.reference_actions``: action objects, or
+        for an MCP environment ``{"tool": NAME, "arguments": {...}}`` objects)."""
         actions = task.metadata.get("reference_actions")
         if not isinstance(actions, list):
             return None
-        return Reference(tool_calls=[ToolCall(name=self.step_tool, arguments=dict(a)) for a in actions],
+        if self.mcp_tool_table():  # an MCP environment's gold calls name their tool: {"tool", "arguments"}
+            calls = [ToolCall(name=str(a["tool"]), arguments=dict(a.get("arguments") or {})) for a in actions]
+        else:
+            calls = [ToolCall(name=self.step_tool, arguments=dict(a)) for a in actions]
+        return Reference(tool_calls=calls,
                          final_answer=str(task.metadata.get("reference_answer", "done")))

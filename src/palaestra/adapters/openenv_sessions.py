@@ -9,8 +9,11 @@ Also here: starting an OpenEnv server app on loopback for the duration of a ``wi
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import copy
+import inspect
 import os
 import socket
 import subprocess
@@ -111,6 +114,92 @@ class RemoteSession:
             await self.client.close()
 
 
+def accepted_kwargs(fn: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments ``fn`` accepts: all of them when it takes ``**kwargs``, else only those it
+    names. OpenEnv's example environments declare ``reset(self)`` and ``step(self, action)``, while its
+    default ``reset_async``/``step_async`` pass ``seed``, ``episode_id`` and ``timeout_s`` on."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return kwargs
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return kwargs
+    names = {p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                   inspect.Parameter.KEYWORD_ONLY)}
+    return {k: v for k, v in kwargs.items() if k in names}
+
+
+async def _call(env: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """``env.<name>_async`` where the environment overrides it, else its sync ``<name>``, each given only
+    the keyword arguments its signature takes (the base class's async default would pass them all on)."""
+    from openenv.core.env_server.interfaces import Environment as OpenEnvBase
+
+    async_fn = getattr(env, f"{name}_async", None)
+    base = getattr(OpenEnvBase, f"{name}_async", None)
+    if async_fn is not None and getattr(type(env), f"{name}_async", None) is not base:
+        return await async_fn(*args, **accepted_kwargs(async_fn, kwargs))
+    sync_fn = getattr(env, name)
+    return sync_fn(*args, **accepted_kwargs(sync_fn, kwargs))
+
+
+def is_mcp_environment(env_cls: Any, action_cls: Any) -> bool:
+    """An OpenEnv MCP environment (RFC 003): an ``MCPEnvironment``, or one whose action is the MCP
+    ``CallToolAction`` itself; its tools are listed with ``list_tools`` and called with ``call_tool``."""
+    from openenv.core.env_server.mcp_environment import MCPEnvironment
+    from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
+
+    return (isinstance(env_cls, type) and issubclass(env_cls, MCPEnvironment)) or \
+        action_cls in (CallToolAction, ListToolsAction)
+
+
+def _tool_entry(raw: Any) -> dict[str, Any]:
+    data = raw.model_dump() if hasattr(raw, "model_dump") else dict(raw)
+    schema = data.get("input_schema") or data.get("inputSchema") or data.get("parameters") or {}
+    return {"name": data["name"], "description": data.get("description") or "", "input_schema": schema}
+
+
+def list_local_tools(env_cls: Any) -> list[dict[str, Any]]:
+    """The MCP tools of an in-process OpenEnv environment, listed once on a throwaway instance. Runs in
+    its own thread and event loop: tool schemas are read from sync code that may sit inside a loop."""
+    from openenv.core.env_server.mcp_types import ListToolsAction
+
+    async def listing() -> list[dict[str, Any]]:
+        env = env_cls()
+        try:
+            obs = await _call(env, "step", ListToolsAction())
+        finally:
+            with contextlib.suppress(Exception):
+                env.close()
+        error = (getattr(obs, "metadata", None) or {}).get("error")
+        if error:
+            raise EnvironmentFailure(f"OpenEnv list_tools failed: {error}")
+        return [_tool_entry(t) for t in getattr(obs, "tools", [])]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, listing()).result()
+
+
+def list_remote_tools(url: str, timeout_s: float = 10.0) -> list[dict[str, Any]] | None:
+    """The MCP tools of an OpenEnv server (JSON-RPC ``tools/list`` on ``POST /mcp``), or None when the
+    environment there is no MCP environment (the server answers an error, or has no ``/mcp``)."""
+    try:
+        response = httpx.post(f"{url.rstrip('/')}/mcp", timeout=timeout_s,
+                              json={"jsonrpc": "2.0", "method": "tools/list", "params": {}, "id": 1})
+    except httpx.HTTPError as exc:
+        raise EnvironmentFailure(f"cannot list the MCP tools of {url}: {exc}",
+                                 hint="is an OpenEnv server running there?") from None
+    if response.status_code in (404, 405):
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    result = body.get("result") if isinstance(body, dict) else None
+    if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
+        return None
+    return [_tool_entry(t) for t in result["tools"]]
+
+
 class LocalSession:
     """One episode of an OpenEnv ``Environment`` class run in this process (no server, no sockets)."""
 
@@ -121,17 +210,17 @@ class LocalSession:
     async def reset(self, **kwargs: Any) -> StepOutcome:
         from openenv.core.env_server.serialization import serialize_observation
 
-        return _outcome(serialize_observation(await self.env.reset_async(**kwargs)))
+        return _outcome(serialize_observation(await _call(self.env, "reset", **kwargs)))
 
     async def step(self, action: dict[str, Any]) -> StepOutcome:
-        from openenv.core.env_server.serialization import serialize_observation
+        from openenv.core.env_server.serialization import deserialize_action, serialize_observation
         from pydantic import ValidationError
 
-        try:
-            parsed = self.action_cls.model_validate(action)
+        try:  # as OpenEnv's server does: MCP payloads ({"type": "call_tool", ...}) whatever the action class
+            parsed = deserialize_action(action, self.action_cls)
         except ValidationError as exc:
             raise BadArguments(f"invalid action: {exc.errors()[0]['msg']}", hint="fix the action's fields") from None
-        return _outcome(serialize_observation(await self.env.step_async(parsed)))
+        return _outcome(serialize_observation(await _call(self.env, "step", parsed)))
 
     async def close(self) -> None:
         self.env.close()

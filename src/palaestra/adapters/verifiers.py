@@ -12,13 +12,18 @@ dataset and a ``vf.Rubric``) brings three things, and each maps onto ours:
 
 The environment is built by the subclass: ``verifiers_env = "module:load_environment"`` (called with
 ``verifiers_args``) or by overriding ``load_verifiers_env()``. verifiers is imported only then.
-Supported: verifiers' classic API (0.1.x-0.3.x, where 0.3 keeps it as ``verifiers.legacy``). Not
-supported: environments whose ``env_response`` answers free text (games driven by the environment's
+Mirrored as verifiers runs them: the reference is the answer column (or, for verifiers' reasoning-gym
+integration whose column holds an index, that entry's answer) written in the parser's format; the rubric
+sees only the first ``max_turns`` model turns, the last one unanswered, as verifiers stops there; the
+verdict carries the rubric's weights. Supported: verifiers' classic API (0.1.x-0.3.x, where 0.3 keeps it
+as ``verifiers.legacy``); its v1 API (the whole of 0.4) is refused with a clear error. Not supported:
+environments whose ``env_response`` answers free text (games driven by the environment's
 replies), tools that need injected rollout state (``StatefulToolEnv``), group-level reward functions.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
 from dataclasses import dataclass
@@ -30,6 +35,7 @@ from palaestra.core.errors import ConfigError, InvalidTask, ToolError, UnknownTo
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 
 INSTALL_HINT = "install verifiers: pip install 'palaestra[verifiers]'"
+V1_HINT = "verifiers' classic API is supported (0.1-0.3; pip install 'verifiers<0.4'); v1 (0.4) is not yet"
 # One built verifiers environment per adapter class: building can be costly (datasets are mapped) and
 # ``env check`` makes more than one instance of the class.
 _BUILT: dict[type, Any] = {}
@@ -78,6 +84,8 @@ class VerifiersEnvironment(Environment):
             import verifiers  # noqa: F401
         except ImportError as exc:
             raise ConfigError(f"verifiers is not installed ({exc})", hint=INSTALL_HINT) from None
+        if importlib.util.find_spec("verifiers.legacy") is None and importlib.util.find_spec("verifiers.envs") is None:
+            raise ConfigError("the installed verifiers has only its v1 API (0.4 and later)", hint=V1_HINT)
         target = import_object(self.verifiers_env, "verifiers environment")
         return target(**self.verifiers_args) if callable(target) and not hasattr(target, "rubric") else target
 
@@ -87,6 +95,9 @@ class VerifiersEnvironment(Environment):
             env = _BUILT.get(type(self))
             if env is None:
                 env = self.load_verifiers_env()
+                if any(c.__module__.startswith("verifiers.v1") for c in type(env).__mro__):
+                    raise ConfigError(f"'{self.name}': {type(env).__name__} is a verifiers v1 environment, which "
+                                      "this adapter does not run yet", hint=V1_HINT)
                 if not hasattr(env, "rubric"):
                     raise ConfigError(f"'{self.name}': {type(env).__name__} is not a verifiers environment (no "
                                       "rubric)", hint="verifiers_env must name a vf.Environment or a function "
@@ -105,6 +116,7 @@ class VerifiersEnvironment(Environment):
 
     def examples(self) -> list[Task]:
         tasks: list[Task] = []
+        max_turns = int(getattr(self.vf_env, "max_turns", -1) or -1)
         for i, raw in enumerate(self.dataset()):
             row = _plain(dict(raw))
             prompt = row.pop("prompt", None)
@@ -112,15 +124,30 @@ class VerifiersEnvironment(Environment):
                 raise ConfigError(f"'{self.name}': dataset row {i} has no prompt",
                                   hint="verifiers formats rows into a 'prompt' column; is this a vf dataset?")
             ident = row.get("example_id", i)
-            tasks.append(Task(id=f"{self.name}-{ident}", env=self.name, input=prompt,
-                              metadata={"vf_row": row, "answer": row.get("answer")},
+            meta: dict[str, Any] = {"vf_row": row, "answer": row.get("answer")}
+            if max_turns > 0:  # verifiers' turn limit, stated so an agent can keep to it (the rubric does)
+                meta["max_turns"] = max_turns
+            tasks.append(Task(id=f"{self.name}-{ident}", env=self.name, input=prompt, metadata=meta,
                               tags=[str(row["task"])] if isinstance(row.get("task"), str) else []))
         return tasks
 
     def reference(self, task: Task) -> Reference | None:
-        """The dataset's answer as the final answer: enough for rubrics that compare the answer."""
+        """The dataset's answer as the final answer, written the way the environment's parser reads it.
+
+        Some published environments keep a key in the answer column rather than the answer: verifiers'
+        reasoning-gym integration stores the row's index into its reasoning-gym dataset (``rg_dataset``),
+        so the reference is that dataset entry's own answer, not the index."""
         answer = task.metadata.get("answer")
-        return None if answer is None else Reference(final_answer=str(answer))
+        if answer is None:
+            return None
+        text = str(answer)
+        rg = getattr(self.vf_env, "rg_dataset", None)
+        if rg is not None and text.strip().isdigit():
+            entry = rg[int(text)]
+            if entry.get("answer") is None:
+                return None  # the dataset has no canonical answer: no reference rather than a wrong one
+            text = str(entry["answer"])
+        return Reference(final_answer=_formatted(getattr(self.vf_env, "parser", None), text))
 
     # ---- tools ---------------------------------------------------------------------------------
     def tool_schemas(self, task: Task | None = None) -> list[dict[str, Any]]:
@@ -167,6 +194,12 @@ class VerifiersEnvironment(Environment):
         while start < len(messages) and messages[start].get("role") in ("system", "user", "developer"):
             start += 1
         completion = [m for m in messages[start:] if m.get("role") in ("assistant", "tool", "user")]
+        max_turns = int(getattr(self.vf_env, "max_turns", -1) or -1)
+        turns = [i for i, m in enumerate(completion) if m.get("role") == "assistant"]
+        if max_turns > 0 and len(turns) >= max_turns:
+            # verifiers stops after the max_turns-th model turn, before the environment answers it: the
+            # rubric sees that turn last (its tool calls unanswered), never what an agent did afterwards.
+            return completion[:turns[max_turns - 1] + 1]
         final = trajectory.final_text()
         last = completion[-1] if completion else None
         if final and not (last and last.get("role") == "assistant" and str(last.get("content") or "") == final):
@@ -197,7 +230,32 @@ class VerifiersEnvironment(Environment):
         threshold = float(getattr(self.vf_env, "pass_threshold", 1.0) or 1.0)
         components = {str(k): float(v) for k, v in (metrics or {}).items() if isinstance(v, (int, float))}
         return Verdict(reward=float(reward), passed=float(reward) >= threshold, components=components,
-                       answer=trajectory.final_text() or None)
+                       metadata={"weights": _weights(rubric)}, answer=trajectory.final_text() or None)
+
+
+def _formatted(parser: Any, answer: str) -> str:
+    """The answer in the parser's format (an ``XMLParser`` wants ``<answer>...</answer>``), kept only when
+    the parser reads the answer back from it, else the bare answer."""
+    fmt, parse = getattr(parser, "format", None), getattr(parser, "parse_answer", None)
+    field = getattr(parser, "answer_field", None)
+    if not (callable(fmt) and callable(parse) and isinstance(field, str)):
+        return answer
+    try:
+        text = str(fmt(**{field: answer}))
+        ok = str(parse([{"role": "assistant", "content": text}]) or "").strip() == answer.strip()
+    except Exception:  # a parser that cannot format: the bare answer is still a fair reference
+        return answer
+    return text if ok else answer
+
+
+def _weights(rubric: Any) -> dict[str, float]:
+    """Each reward function's weight, as the rubric (or a RubricGroup of rubrics) combines them: the
+    reward is their weighted sum, so the weights say how the components make it."""
+    try:
+        names, weights = rubric._get_reward_func_names(), rubric._get_reward_weights()
+    except AttributeError:
+        return {}
+    return {str(n): float(w) for n, w in zip(names, weights, strict=False)}
 
 
 def _field(obj: Any, name: str) -> Any:

@@ -1,4 +1,5 @@
-"""Commands for interoperability and scaffolding: ``env new``, ``env import harbor``, ``export nemo-gym``.
+"""Commands for interoperability and scaffolding: ``env new``, ``env import harbor`` / ``terminal-bench``,
+``export nemo-gym``.
 
 Mounted by ``cli/main.py``: ``env_new`` as ``palaestra env new``, ``import_app`` as ``palaestra env
 import``, ``export_app`` as ``palaestra export``. Thin wrappers: the logic lives in
@@ -43,13 +44,18 @@ def import_harbor_cmd(
     env: str = typer.Option("terminal", help="The environment the rows are for."),
     id_prefix: str = typer.Option("harbor-", help="Prefix of every task id."),
 ) -> None:
-    """Read Harbor task directories (instruction.md, task.toml, environment/, tests/test.sh) into task rows."""
+    """Read Harbor task directories (instruction.md, task.toml, environment/, tests/test.sh) into task rows;
+    Terminal-Bench 1 task directories are converted first, as by `env import terminal-bench`."""
     import orjson
 
-    from palaestra.adapters.harbor import import_harbor, write_rows
+    from palaestra.adapters.harbor import find_task_dirs, import_harbor, write_rows
+    from palaestra.adapters.terminal_bench import find_tb1_dirs
     from palaestra.core.errors import PalaestraError
 
     try:
+        if not find_task_dirs(directory) and find_tb1_dirs(directory):  # Terminal-Bench 1 tasks: convert them
+            _import_tb1(directory, out, None, env=env, id_prefix="tb1-" if id_prefix == "harbor-" else id_prefix)
+            return
         result = import_harbor(directory, env=env, id_prefix=id_prefix)
     except PalaestraError as exc:
         fail(exc.message, exc.hint)
@@ -64,6 +70,49 @@ def import_harbor_cmd(
     else:
         write_rows(out, result.tasks)
         typer.echo(f"wrote {len(result.tasks)} task rows to {out}", err=True)
+    if not result.tasks:
+        raise typer.Exit(1)
+
+
+@import_app.command("terminal-bench")
+def import_terminal_bench_cmd(
+    directory: Path = typer.Argument(..., help="A Terminal-Bench 1 task directory (task.yaml), or a folder of them."),
+    out: Path | None = typer.Option(None, "--out", help="Write the rows to this JSONL file (default: stdout)."),
+    tasks_dir: Path | None = typer.Option(None, "--tasks-dir", help="Where the converted task directories go "
+                                          "(default: OUT's name + '.tasks' beside it, or ./terminal-bench-tasks)."),
+    env: str = typer.Option("terminal", help="The environment the rows are for."),
+    id_prefix: str = typer.Option("tb1-", help="Prefix of every task id."),
+) -> None:
+    """Convert Terminal-Bench 1 tasks (task.yaml, run-tests.sh, tests/, solution.sh) to Harbor task
+    directories and write their task rows."""
+    from palaestra.core.errors import PalaestraError
+
+    try:
+        _import_tb1(directory, out, tasks_dir, env=env, id_prefix=id_prefix)
+    except PalaestraError as exc:
+        fail(exc.message, exc.hint)
+
+
+def _import_tb1(directory: Path, out: Path | None, tasks_dir: Path | None, *, env: str, id_prefix: str) -> None:
+    """Shared by ``env import terminal-bench`` and ``env import harbor`` given TB1 tasks."""
+    import orjson
+
+    from palaestra.adapters.harbor import write_rows
+    from palaestra.adapters.terminal_bench import import_terminal_bench
+
+    if tasks_dir is None:
+        tasks_dir = out.with_name(out.name + ".tasks") if out is not None else Path("terminal-bench-tasks")
+    result = import_terminal_bench(directory, tasks_dir, env=env, id_prefix=id_prefix)
+    for note in result.warnings:
+        typer.secho(f"warning: {note}", fg="yellow", err=True)
+    for note in result.skipped:
+        typer.secho(f"skipped: {note}", fg="red", err=True)
+    if out is None:
+        for task in result.tasks:
+            sys.stdout.write(orjson.dumps(task.model_dump(mode="json", exclude_none=True)).decode() + "\n")
+    else:
+        write_rows(out, result.tasks)
+        typer.echo(f"wrote {len(result.tasks)} task rows to {out} (task directories in {result.tasks_dir})", err=True)
     if not result.tasks:
         raise typer.Exit(1)
 

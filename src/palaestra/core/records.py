@@ -61,10 +61,14 @@ class ToolCall(Record):
 
 
 class Reference(Record):
-    """What a perfect agent would do: tool calls in order (one per turn) and the final answer."""
+    """What a perfect agent would do: tool calls in order (one per turn) and the final answer.
+
+    ``parallel``: the calls are made together in one turn, for verifiers that read one turn's calls
+    (e.g. a verifiers tool environment with ``max_turns=1``)."""
 
     tool_calls: list[ToolCall] = Field(default_factory=list)
     final_answer: str | None = None
+    parallel: bool = False
 
 
 class Verdict(Record):

@@ -94,8 +94,28 @@ def _load_module_from_file(path: Path) -> object:
     return module
 
 
+# Families of foreign environments named ``family:member`` (``nemo_gym:example_session_state_mgmt``): the
+# family's factory (``module:function``, imported by name on first use) makes the member's class.
+FAMILIES: dict[str, str] = {"nemo_gym": "palaestra.adapters.nemo_gym_server:environment_class",
+                            "aviary": "palaestra.adapters.aviary:environment_class"}
+
+
+def _family_class(spec: str) -> type[Environment] | None:
+    family, sep, member = spec.partition(":")
+    if not sep or family not in FAMILIES or not member:
+        return None
+    modname, _, fname = FAMILIES[family].partition(":")
+    cls = getattr(importlib.import_module(modname), fname)(member)
+    if not (inspect.isclass(cls) and issubclass(cls, Environment)):
+        raise ConfigError(f"environment family '{family}' made no Environment for '{member}'")
+    return cls
+
+
 def load_env_class(spec: str) -> type[Environment]:
     """Resolve a spec to an Environment subclass; errors say which spec and what would work."""
+    family_cls = _family_class(spec_for(spec))  # a short name seen in this process may stand for one
+    if family_cls is not None:
+        return family_cls
     target = spec_for(spec)
     modpart, _, clsname = target.partition(":")
     if modpart.endswith(".py") or "/" in modpart or modpart.startswith("."):

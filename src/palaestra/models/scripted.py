@@ -21,6 +21,7 @@ import orjson
 from palaestra.core.errors import ConfigError, ModelError
 from palaestra.core.records import Message, Reference
 from palaestra.models.base import CallContext
+from palaestra.wire.requests import refuse
 
 POLICIES = ("oracle", "constant", "echo", "replay", "null")
 
@@ -132,9 +133,17 @@ class ScriptedBackend:
             raise ModelError(
                 f"scripted failure (policy {self.policy!r}, failure_rate={self.failure_rate})", status=500
             )
+        # A token-capture request (vLLM's ``return_token_ids`` beside logprobs) asks for tokens where the
+        # backend has them and records what came (``token_capture: none``); a plain logprobs request
+        # expects them, so it is refused by name rather than answered without.
+        if (request.get("logprobs") or request.get("top_logprobs")) and not request.get("return_token_ids"):
+            key = "logprobs" if request.get("logprobs") else "top_logprobs"
+            raise refuse(self.name, key, "a scripted policy has no token distribution; use a local or "
+                         "remote model for logprobs")
         messages: list[Message] = request.get("messages") or []
         message = getattr(self, f"_policy_{self.policy}")(messages, ctx)
-        return self._response(request, messages, message)
+        n = request.get("n")
+        return self._response(request, messages, message, n if isinstance(n, int) and n > 1 else 1)
 
     async def aclose(self) -> None:
         return None
@@ -152,7 +161,11 @@ class ScriptedBackend:
             return {"role": "assistant", "content": "I am not sure."}
         turn = _call_turns(messages) - (_call_turns(ctx.task.messages()) if ctx.task is not None else 0)
         turn = max(turn, 0)  # calls already in the task's input (a conversation so far) are not this rollout's
-        if turn < len(reference.tool_calls):
+        if reference.parallel and turn == 0 and reference.tool_calls:  # every call in one turn
+            calls = [_tool_call(c.id or f"call_oracle_{i}", c.name, c.arguments)
+                     for i, c in enumerate(reference.tool_calls)]
+            return {"role": "assistant", "content": None, "tool_calls": calls}
+        if turn < len(reference.tool_calls) and not reference.parallel:
             call = reference.tool_calls[turn]
             call_id = call.id or f"call_oracle_{turn}"
             calls = [_tool_call(call_id, call.name, call.arguments)]
@@ -194,14 +207,15 @@ class ScriptedBackend:
 
     # ---- response ----------------------------------------------------------------------------
     def _response(
-        self, request: dict[str, Any], messages: list[Message], message: dict[str, Any]
+        self, request: dict[str, Any], messages: list[Message], message: dict[str, Any], n: int = 1
     ) -> dict[str, Any]:
+        """``n`` choices of the policy's one deterministic answer (a fixed policy has one sample)."""
         prompt_chars = sum(len(content_text(m.get("content"))) for m in messages)
         completion_chars = len(message.get("content") or "") + sum(
             len(c["function"]["arguments"]) + len(c["function"]["name"])
             for c in message.get("tool_calls") or []
         )
-        prompt_tokens, completion_tokens = prompt_chars // 4, completion_chars // 4
+        prompt_tokens, completion_tokens = prompt_chars // 4, n * (completion_chars // 4)
         return {
             "id": f"chatcmpl-{self.name}-{next(self._ids)}",
             "object": "chat.completion",
@@ -209,11 +223,12 @@ class ScriptedBackend:
             "model": request.get("model") or self.name,
             "choices": [
                 {
-                    "index": 0,
-                    "message": message,
+                    "index": i,
+                    "message": message if i == 0 else orjson.loads(orjson.dumps(message)),
                     "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
                     "logprobs": None,
                 }
+                for i in range(n)
             ],
             "usage": {
                 "prompt_tokens": prompt_tokens,

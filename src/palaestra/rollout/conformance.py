@@ -142,14 +142,35 @@ async def check_env(spec: str, placement: str = "inprocess", limit: int | None =
     checked before it has a ``data/`` folder. ``options``: the environment's constructor options
     (``rollout.config.env_options``; ``env check --sandbox``)."""
     given = tasks is not None
-    mounted = await mount_env(spec, placement, options)
+    try:
+        mounted = await mount_env(spec, placement, options)
+    except Exception as exc:  # the table is always printed: a mount that fails is its first row
+        report = CheckReport(str(spec), placement, len(tasks or []))
+        report.add("environment mounts", False, _raised(exc))
+        return report
     env = mounted.client
+    report = CheckReport(mounted.name, placement, len(tasks or []))
+    try:
+        return await _checks(report, mounted, spec, env, tasks, given, limit)
+    finally:
+        await mounted.stop()
+
+
+def _raised(exc: BaseException) -> str:
+    return f"raised {type(exc).__name__}: {exc}"[:500]
+
+
+async def _checks(report: CheckReport, mounted: Any, spec: Any, env: EnvClient, tasks: list[Task] | None,
+                  given: bool, limit: int | None) -> CheckReport:
+    """The checks in order. An exception inside one is that check's failed row, never an aborted table:
+    the row names the check and the exception, and the table (with the rows before it) is returned."""
+    stage = "info and tool schemas"
     try:
         info = await env.info()
         tasks = list(tasks) if tasks is not None else mounted.env_class().examples()
         if limit:
             tasks = tasks[:limit]
-        report = CheckReport(mounted.name, placement, len(tasks))
+        report.tasks = len(tasks)
         tools = info.get("tools") or []
         bad_schema = [t for t in tools if t.get("type") != "function" or "name" not in t.get("function", {})
                       or t["function"].get("parameters", {}).get("type") != "object"]
@@ -164,19 +185,23 @@ async def check_env(spec: str, placement: str = "inprocess", limit: int | None =
         if not tasks:
             return report
 
+        stage = "oracle scores full reward"
         oracle = await _policy_rollouts(env, tasks, "oracle")
         bad = [r for r in oracle if r.outcome.status != "scored" or r.verdict is None
                or r.verdict.reward < 1.0 - 1e-9 or not r.verdict.is_pass()]
         report.add("oracle scores full reward", not bad, f"{len(tasks) - len(bad)}/{len(tasks)} full" + _failures(bad))
 
+        stage = "null policy scores nothing"
         null = await _policy_rollouts(env, tasks, "null")
         bad = [r for r in null if r.outcome.status != "scored" or r.verdict is None or r.verdict.reward > 0
                or r.verdict.is_pass()]
         report.add("null policy scores nothing", not bad, f"{len(tasks) - len(bad)}/{len(tasks)} zero" + _failures(bad))
 
+        stage = "malformed tool calls get errors"
         problems = await _malformed_calls(env, tasks[0], tools)
         report.add("malformed tool calls get errors", not problems, "; ".join(problems) or "all answered with errors")
 
+        stage = "grading failures come back typed"
         instance = spec if isinstance(spec, Environment) else mounted.env_class()
         make_probes = getattr(instance, "grading_probes", None)
         with tempfile.TemporaryDirectory(prefix="palaestra-probes-") as probe_dir:
@@ -184,6 +209,7 @@ async def check_env(spec: str, placement: str = "inprocess", limit: int | None =
             problems, fine = await _grading_failures(env, probes)
         report.add("grading failures come back typed", not problems, "; ".join(problems) or "; ".join(fine))
 
+        stage = "verify is deterministic (and replayable)"
         mismatched = []
         for r in oracle[: min(5, len(oracle))]:
             if r.verdict is None:
@@ -195,11 +221,12 @@ async def check_env(spec: str, placement: str = "inprocess", limit: int | None =
                 mismatched.append(f"{task.id}: live {r.verdict.reward} vs replay {v1.reward}/{v2.reward}")
         report.add("verify is deterministic (and replayable)", not mismatched, "; ".join(mismatched) or "stable")
 
+        stage = "sessions freed"
         live = await _live_sessions(env)
         report.add("sessions freed", live in (0, None), f"{live} live sessions" if live else "all closed")
-        return report
-    finally:
-        await mounted.stop()
+    except Exception as exc:
+        report.add(stage, False, _raised(exc))
+    return report
 
 
 async def _live_sessions(env: EnvClient) -> int | None:

@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from palaestra.core.errors import ModelError
 from palaestra.wire.errors import error_detail
+from palaestra.wire.requests import InvalidRequest
 from palaestra.wire.translate import TranslationError
 
 if TYPE_CHECKING:
@@ -33,8 +34,12 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
 
-def _error(kind: str, message: str, status: int, hint: str | None = None, api: str = "chat") -> Response:
-    err = error_detail(kind, message, hint, type=kind)  # ``type``: what OpenAI and Anthropic clients read
+def _error(kind: str, message: str, status: int, hint: str | None = None, api: str = "chat",
+           param: str | None = None, code: str | None = None) -> Response:
+    # ``type``: what OpenAI and Anthropic clients read; a malformed request is what both call it
+    err = error_detail(kind, message, hint, type="invalid_request_error" if kind == "bad_request" else kind)
+    if api != "messages" and kind == "bad_request":
+        err.update(param=param, code=code)  # OpenAI's error object always carries both
     body: Body = {"type": "error", "error": err} if api == "messages" else {"error": err}
     return _json(body, status)
 
@@ -50,24 +55,26 @@ def _sse(events: Iterator[tuple[str | None, Any]]) -> Response:
 
 # ---- stream builders ----------------------------------------------------------------------------
 def chat_stream(resp: Body, request: Body) -> Iterator[tuple[str | None, Any]]:
-    """Chat completion chunks: role+content, then tool calls, then the finish reason (and usage)."""
-    choice = (resp.get("choices") or [{}])[0]
-    message = choice.get("message") or {}
+    """Chat completion chunks per choice (``n`` of them): role+content (with its logprobs), then tool calls,
+    then the finish reason; usage last."""
     head = {"id": resp.get("id", ""), "object": "chat.completion.chunk", "created": resp.get("created", 0),
             "model": resp.get("model", "")}
+    for index, choice in enumerate(resp.get("choices") or [{}]):
+        message = choice.get("message") or {}
 
-    def chunk(delta: Body, finish: str | None = None) -> Body:
-        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+        def chunk(delta: Body, finish: str | None = None, logprobs: Any = None, index: int = index) -> Body:
+            return {**head, "choices": [{"index": index, "delta": delta, "finish_reason": finish,
+                                         "logprobs": logprobs}]}
 
-    delta: Body = {"role": "assistant", "content": message.get("content") or ""}
-    for extra in ("reasoning_content", "reasoning"):
-        if message.get(extra):
-            delta[extra] = message[extra]
-    yield None, chunk(delta)
-    calls = message.get("tool_calls") or []
-    if calls:
-        yield None, chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
-    yield None, chunk({}, choice.get("finish_reason") or "stop")
+        delta: Body = {"role": "assistant", "content": message.get("content") or ""}
+        for extra in ("reasoning_content", "reasoning"):
+            if message.get(extra):
+                delta[extra] = message[extra]
+        yield None, chunk(delta, logprobs=choice.get("logprobs"))
+        calls = message.get("tool_calls") or []
+        if calls:
+            yield None, chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
+        yield None, chunk({}, choice.get("finish_reason") or "stop")
     if (request.get("stream_options") or {}).get("include_usage"):
         yield None, {**head, "choices": [], "usage": resp.get("usage")}
     yield None, b"[DONE]"
@@ -159,6 +166,8 @@ def create_model_app(proxy: ModelProxy) -> Starlette:
             rollout_id = request.path_params.get("rollout_id")
             try:
                 result = await proxy.complete(rollout_id, api, body)
+            except InvalidRequest as exc:
+                return _error("bad_request", str(exc), 400, api=api, param=exc.param, code=exc.code)
             except TranslationError as exc:
                 return _error("bad_request", str(exc), 400, api=api)
             except ModelError as exc:

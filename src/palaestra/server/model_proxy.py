@@ -17,7 +17,9 @@ from typing import Any, Literal
 from palaestra.core.errors import ModelError
 from palaestra.core.records import ModelCallRecord
 from palaestra.models.base import CallContext, ModelBackend
+from palaestra.server.response_store import ResponseStore, input_items
 from palaestra.wire import anthropic, responses, translate
+from palaestra.wire.requests import check_chat, check_messages, check_responses
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +71,46 @@ def _int_usage(response: dict[str, Any]) -> dict[str, int]:
     return {k: n for k, v in usage.items() if (n := translate.token_count(v)) is not None}
 
 
+def _responses_logprobs(body: dict[str, Any]) -> dict[str, Any]:
+    """The chat fields asking for what a Responses request asks for: ``include`` naming
+    ``message.output_text.logprobs`` or a positive ``top_logprobs``."""
+    top = body.get("top_logprobs")
+    top = top if isinstance(top, int) and not isinstance(top, bool) else 0
+    include = body.get("include")
+    wanted = top > 0 or (isinstance(include, list) and "message.output_text.logprobs" in include)
+    return {"logprobs": True, "top_logprobs": top} if wanted else {}
+
+
+def _attach_logprobs(result: dict[str, Any], chat: dict[str, Any]) -> None:
+    """The chat answer's per-token logprobs on the Responses output text (the same token entries)."""
+    choices = chat.get("choices")
+    block = choices[0].get("logprobs") if isinstance(choices, list) and choices and isinstance(
+        choices[0], dict) else None
+    content = block.get("content") if isinstance(block, dict) else None
+    if not isinstance(content, list):
+        return
+    for item in result.get("output") or []:
+        if item.get("type") == "message":
+            for part in item.get("content") or []:
+                if part.get("type") == "output_text":
+                    part["logprobs"] = content
+                    return
+
+
 class ModelProxy:
     """Translate, call the backend, translate back, and keep a record per rollout until popped.
 
     Calls for a rollout that was never registered are still recorded (a harness may only know the
     URL), but at most ``max_unregistered`` such rollouts are kept, oldest dropped first, so a
-    long-lived server cannot grow without bound.
+    long-lived server cannot grow without bound. Responses API answers are kept (at most
+    ``max_stored_responses``, unless the request says ``store: false``) to back ``previous_response_id``.
     """
 
-    def __init__(self, backend: ModelBackend, *, max_unregistered: int = 1024) -> None:
+    def __init__(self, backend: ModelBackend, *, max_unregistered: int = 1024,
+                 max_stored_responses: int = 1024) -> None:
         self.backend = backend
         self.max_unregistered = max_unregistered
+        self.stored = ResponseStore(max_stored_responses)
         self._contexts: dict[str, CallContext] = {}
         self._calls: OrderedDict[str, list[ModelCallRecord]] = OrderedDict()
         self._lock = threading.Lock()  # the app may run in a server thread while a runner pops calls
@@ -119,11 +150,17 @@ class ModelProxy:
         the dialect the client spoke. Translation errors raise ``TranslationError`` (a bad request);
         backend failures are recorded, then raised as ``ModelError``.
         """
+        request = body
         if api == "chat":
+            check_chat(body)
             chat_request = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
         elif api == "responses":
+            check_responses(body)
+            body = self.stored.resolve(body)
             chat_request = responses.responses_to_chat(body)
+            chat_request.update(_responses_logprobs(body))
         elif api == "messages":
+            check_messages(body)
             chat_request = anthropic.messages_to_chat(body)
         else:
             raise ValueError(f"unknown api {api!r}: use one of {APIS}")
@@ -132,6 +169,8 @@ class ModelProxy:
         t0 = time.perf_counter()
         try:
             response = await self.backend.chat(chat_request, ctx)
+        except translate.TranslationError:  # the backend refused a parameter by name: the client's 400
+            raise
         except ModelError as exc:
             self._record(rollout_id, ModelCallRecord(
                 api=api, request=chat_request, error=exc.to_dict(), status=exc.status or 502,
@@ -157,7 +196,13 @@ class ModelProxy:
             generation_logprobs=logprobs, token_capture=capture_status(gen_ids, logprobs),
             routed_to=routed if isinstance(routed := response.get("palaestra_routed_to"), str) else None))
         if api == "responses":
-            return responses.chat_to_responses(response, body)
+            result = responses.chat_to_responses(response, body)
+            result["previous_response_id"] = request.get("previous_response_id")
+            if "logprobs" in chat_request:
+                _attach_logprobs(result, response)
+            if request.get("store") is not False:
+                self.stored.remember(str(result["id"]), [*input_items(body), *result["output"]])
+            return result
         if api == "messages":
             return anthropic.chat_to_messages(response, body)
         return response

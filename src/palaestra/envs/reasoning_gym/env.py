@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from palaestra.core.environment import Environment
 from palaestra.core.errors import InvalidTask, VerifierError
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
+from palaestra.envs.reasoning_gym.canonical import Canonical, ScoreError
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
-_CACHE_SIZE = 64
 
 
 def extract_answer(text: str) -> str | None:
@@ -53,6 +52,42 @@ def library_version() -> str:
         return "not installed"
 
 
+# Where generators leave a solution when the entry's ``answer`` is not one the scorer accepts.
+_SOLUTION_KEYS = ("example_answer", "example_correct_answer", "possible_answer")
+
+
+def candidates(item: dict[str, Any]) -> list[str]:
+    """Reference candidates for an entry, best first (each is verified by the scorer before use)."""
+    out = [] if item.get("answer") is None else [str(item["answer"])]
+    found = item.get("metadata")
+    inner: dict[str, Any] = found if isinstance(found, dict) else {}
+    for key in _SOLUTION_KEYS:
+        value = inner.get(key)
+        if isinstance(value, str):
+            out.append(value)
+        elif value is not None:
+            try:
+                out.append(json.dumps(value))
+            except (TypeError, ValueError):
+                out.append(str(value))
+    return out
+
+
+@dataclass(frozen=True)
+class _Regenerated:
+    """Scores against a regenerated entry, in the process that generated it (see ``canonical``)."""
+
+    canonical: Canonical
+    recipe: tuple[str, int, int, dict[str, Any], int]
+
+    @property
+    def name(self) -> str:
+        return self.recipe[0]
+
+    def score_answer(self, answer: str, entry: dict[str, Any]) -> float:
+        return self.canonical.score(*self.recipe, answer)
+
+
 @dataclass(frozen=True)
 class _Scorer:
     """The scorer reasoning-gym registers for one dataset name, in the dataset object's calling shape."""
@@ -61,7 +96,10 @@ class _Scorer:
     fn: Any
 
     def score_answer(self, answer: str, entry: dict[str, Any]) -> float:
-        return float(self.fn(answer=answer, entry=entry))
+        try:
+            return float(self.fn(answer=answer, entry=entry))
+        except Exception as exc:
+            raise ScoreError(f"{type(exc).__name__}: {exc}"[:300]) from None
 
 
 def _carried(task: Task) -> tuple[_Scorer, dict[str, Any]]:
@@ -94,34 +132,21 @@ class ReasoningGym(Environment):
                      "following any answer format the question asks for.")
 
     def __init__(self) -> None:
-        self._datasets: OrderedDict[str, Any] = OrderedDict()
+        self._canonical: Canonical | None = None
 
     # ---- generation --------------------------------------------------------------------------------
-    def dataset(self, name: str, seed: int, size: int, config: dict[str, Any]) -> Any:
-        """The library's dataset object, cached (generation is deterministic in name, seed and config)."""
-        key = json.dumps([name, seed, size, config], sort_keys=True)
-        if key in self._datasets:
-            self._datasets.move_to_end(key)
-            return self._datasets[key]
-        rg = _library()
-        try:
-            ds = rg.create_dataset(name, size=size, seed=seed, **config)
-        except Exception as exc:
-            raise InvalidTask(f"reasoning-gym cannot create dataset {name!r} with config {config}: "
-                              f"{type(exc).__name__}: {exc}",
-                              hint="check the dataset name (reasoning_gym.factory.DATASETS) and its config "
-                                   "fields") from None
-        self._datasets[key] = ds
-        while len(self._datasets) > _CACHE_SIZE:
-            self._datasets.popitem(last=False)
-        return ds
+    @property
+    def canonical(self) -> Canonical:
+        """Generation and scoring independent of this process's hash seed (started on first use)."""
+        if self._canonical is None:
+            _library()
+            self._canonical = Canonical()
+        return self._canonical
 
-    def entry(self, task: Task) -> tuple[Any, dict[str, Any]]:
-        """The dataset (anything with ``score_answer(answer, entry)``) and the entry a task points at:
-        regenerated from (dataset, seed, index), or carried in ``metadata.entry``."""
+    @staticmethod
+    def recipe(task: Task) -> tuple[str, int, int, dict[str, Any], int]:
+        """(dataset, seed, size, config, index) of a regenerated row, checked."""
         meta = task.metadata
-        if "entry" in meta:
-            return _carried(task)
         name, seed, index = meta.get("dataset"), meta.get("seed"), meta.get("index")
         if not isinstance(name, str) or not isinstance(seed, int) or not isinstance(index, int) or index < 0:
             raise InvalidTask(f"reasoning_gym task '{task.id}' needs metadata.dataset (str), seed (int) and "
@@ -132,8 +157,15 @@ class ReasoningGym(Environment):
         size = int(meta.get("size") or index + 1)
         if index >= size:
             raise InvalidTask(f"reasoning_gym task '{task.id}': index {index} is not below size {size}")
-        ds = self.dataset(name, seed, size, config)
-        return ds, ds[index]
+        return name, seed, size, config, index
+
+    def entry(self, task: Task) -> tuple[Any, dict[str, Any]]:
+        """The scorer (anything with ``score_answer(answer, entry)``) and the entry a task points at:
+        regenerated from (dataset, seed, index), or carried in ``metadata.entry``."""
+        if "entry" in task.metadata:
+            return _carried(task)
+        recipe = self.recipe(task)
+        return _Regenerated(self.canonical, recipe), self.canonical.entry(*recipe)
 
     @classmethod
     def generate_tasks(cls, dataset: str, size: int, seed: int, config: dict[str, Any] | None = None,
@@ -176,20 +208,35 @@ class ReasoningGym(Environment):
     def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         ds, item = self.entry(state)
         answer = extract_answer(trajectory.final_text())
-        dataset = ds.name if isinstance(ds, _Scorer) else state.metadata["dataset"]
+        dataset = ds.name
         meta: dict[str, Any] = {"dataset": dataset}
         if answer is None:
             return Verdict(reward=0.0, passed=False, components={"score": 0.0},
                            metadata={**meta, "reason": "no_answer"})
         try:
             score = float(ds.score_answer(answer, item))
-        except Exception as exc:  # the scorer choked on the model's text: a wrong answer, not an outage
-            meta["scorer_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        except ScoreError as exc:  # the scorer choked on the model's text: a wrong answer, not an outage
+            meta["scorer_error"] = str(exc)
             score = 0.0
         if not 0.0 <= score <= 1.0:
             raise VerifierError(f"reasoning-gym scorer of {dataset} returned {score}, not in [0, 1]")
         return Verdict(reward=score, passed=score >= 1.0, components={"score": score}, metadata=meta, answer=answer)
 
-    def reference(self, task: Task) -> Reference:
-        _, item = self.entry(task)
-        return Reference(final_answer=f"<answer>{item['answer']}</answer>")
+    def reference(self, task: Task) -> Reference | None:
+        """The first candidate the dataset's own scorer gives full marks: the entry's ``answer``, else a
+        solution the generator left in its metadata (``example_answer``, ``possible_answer``, ...).
+        None when there is none: the dataset has no reference (``no_reference``), and the oracle skips it."""
+        ds, item = self.entry(task)
+        for candidate in candidates(item):
+            try:
+                if float(ds.score_answer(candidate, item)) >= 1.0:
+                    return Reference(final_answer=f"<answer>{candidate}</answer>")
+            except ScoreError:
+                continue
+        return None
+
+    def close_all(self) -> None:
+        """Stop the generation worker, if one was started."""
+        if self._canonical is not None:
+            self._canonical.close()
+            self._canonical = None

@@ -198,7 +198,11 @@ class Terminal(Environment):
             run = TestRun(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr,
                           failure=result.failure, detail=result.detail, timeout_s=td.verifier_timeout_s,
                           reward_files=rewards, agent_paths=(fresh.workdir,))
-        return grade_test_run(run, reward_required=harbor and _writes_reward(td.tests))
+        verdict = grade_test_run(run, reward_required=harbor and _writes_reward(td.tests))
+        if state.task.metadata.get("approximate") and not state.task.metadata.get("image"):
+            # an imported task whose Dockerfile steps no sandbox here applied: its verdict says so
+            verdict.metadata["approximate"] = state.task.metadata["approximate"]
+        return verdict
 
     def grading_probes(self, task: Task, workdir: Path) -> list[GradingProbe]:
         """For ``env check``: copies of ``task`` (same sandbox, image and workdir) whose test script cannot

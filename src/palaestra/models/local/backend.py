@@ -22,6 +22,7 @@ from palaestra.models.local import prompt, toolcalls
 from palaestra.models.local.engine import Engine, Generation, Loaded, Params
 from palaestra.models.local.loader import LoadOptions, eos_ids, load
 from palaestra.models.local.weights import Notify
+from palaestra.wire.requests import refuse
 
 MAX_N = 64
 B = TypeVar("B", bound="LocalBackend")
@@ -38,6 +39,21 @@ def _number(request: dict[str, Any], key: str, default: float, lo: float, hi: fl
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
         raise _bad(f"'{key}' must be a number within [{lo}, {hi}], got {value!r}")
     return float(value)
+
+
+def _refuse_unhonoured(request: dict[str, Any]) -> None:
+    """Sampling controls this engine does not implement are refused by name (HTTP 400), never ignored:
+    a run that asked for a penalty or a JSON schema must not silently get plain sampling."""
+    for key in ("presence_penalty", "frequency_penalty", "repetition_penalty"):
+        if request.get(key) not in (None, 0, 0.0, 1.0 if key == "repetition_penalty" else 0):
+            raise refuse("local", key, "the local engine samples from the raw distribution without penalties")
+    if request.get("top_k") not in (None, 0, -1):  # Anthropic's top_k arrives here through the translator
+        raise refuse("local", "top_k", "the local engine samples with temperature and top_p only")
+    if request.get("logit_bias"):
+        raise refuse("local", "logit_bias", "the local engine does not bias logits")
+    fmt = request.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
+        raise refuse("local", "response_format", "the local engine constrains decoding to tool calls only")
 
 
 def _derived_seed(seed: int, index: int) -> int:
@@ -90,6 +106,7 @@ class LocalBackend:
         messages = request.get("messages")
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             raise _bad("'messages' must be a non-empty list of message objects")
+        _refuse_unhonoured(request)
         tools, constrain_to = self._tools(request)
         try:
             prompt_ids, meta = self._prompt_ids(loaded, request, messages, tools)

@@ -1,0 +1,232 @@
+"""A real NeMo Gym resources server, driven over its HTTP API, as a Palaestra environment.
+
+``--env nemo_gym:<server>`` names one of the resources servers shipped in the installed NeMo Gym wheel
+(``site-packages/resources_servers/<server>/``). The server runs as it is, in NeMo Gym's own venv and
+Python, as a child process bound to 127.0.0.1 (see ``nemo_gym_launch``); this process only speaks HTTP
+to it:
+
+- ``seed``: a fresh HTTP client (its own cookie jar, which is how NeMo Gym keys session state) posts the
+  row to ``/seed_session``;
+- tools: every function tool of the row's ``responses_create_params.tools`` is ``POST /<tool>`` with the
+  arguments as the JSON body, answered with the server's JSON;
+- ``verify``: ``POST /verify`` with the row and the rollout as a Responses ``response``; the reward is
+  NeMo Gym's own.
+
+The server's ``data/example*.jsonl`` rows are the environment's bundled tasks. A server whose reference
+(what a perfect agent does) can be derived from its rows registers a function in ``REFERENCES``; the
+scripted oracle replays it. Servers that need packages the NeMo venv lacks fail at start with the
+import error, as an environment failure naming the server.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import orjson
+
+from palaestra.adapters import nemo_gym_rows as nemo_rows
+from palaestra.adapters.nemo_gym_launch import NemoServerProcess, server_dir
+from palaestra.core.environment import Environment
+from palaestra.core.errors import BadArguments, ConfigError, EnvironmentFailure, ToolError, UnknownTool
+from palaestra.core.records import Reference, Task, ToolCall, Trajectory, Verdict
+
+FAMILY = "nemo_gym"
+ROW_ID_KEY = "nemo_gym_row_id"  # a bundled row's own ``id`` (of its own type: some servers verify it)
+_PALAESTRA_KEYS = {nemo_rows.REQUEST_KEY, nemo_rows.AGENT_REF_KEY, nemo_rows.SAMPLING_KEY, ROW_ID_KEY}
+
+
+def _session_state_reference(task: Task) -> Reference:
+    """``example_session_state_mgmt``: the counter starts at ``initial_count`` and must end at
+    ``expected_count``; one increment by the difference, then a read, reaches it."""
+    start, goal = int(task.metadata["initial_count"]), int(task.metadata["expected_count"])
+    return Reference(tool_calls=[ToolCall(name="increment_counter", arguments={"count": goal - start}),
+                                 ToolCall(name="get_counter_value", arguments={})],
+                     final_answer=str(goal))
+
+
+def _ground_truth_reference(task: Task) -> Reference:
+    """``workplace_assistant``: the row's ``ground_truth`` is the list of tool calls that solve it."""
+    calls = [ToolCall(name=str(c["name"]), arguments=orjson.loads(c["arguments"])
+                      if isinstance(c.get("arguments"), str) else c.get("arguments") or {})
+             for c in task.metadata.get("ground_truth") or []]
+    return Reference(tool_calls=calls, final_answer="Done.")
+
+
+# Server name → how its reference follows from a row (only where the row determines it exactly).
+REFERENCES: dict[str, Callable[[Task], Reference]] = {
+    "example_session_state_mgmt": _session_state_reference,
+    "workplace_assistant": _ground_truth_reference,
+}
+
+
+def nemo_row(task: Task) -> dict[str, Any]:
+    """The NeMo Gym row back from a task: its verifier fields, ``agent_ref`` and the Responses request."""
+    row = {k: v for k, v in task.metadata.items() if k not in _PALAESTRA_KEYS}
+    # The row's own id, kept out of metadata by the row loader; a row loaded from a file gives its task id.
+    row["id"] = task.metadata.get(ROW_ID_KEY, task.id)
+    if task.metadata.get(nemo_rows.AGENT_REF_KEY) is not None:
+        row["agent_ref"] = task.metadata[nemo_rows.AGENT_REF_KEY]
+    request = task.metadata.get(nemo_rows.REQUEST_KEY)
+    row["responses_create_params"] = dict(request) if isinstance(request, dict) else {"input": task.messages()}
+    return row
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+def response_body(task: Task, trajectory: Trajectory, prompt_length: int) -> dict[str, Any]:
+    """The rollout after the prompt as a Responses ``response`` object, what NeMo Gym's verify reads."""
+    items: list[dict[str, Any]] = []
+    for i, m in enumerate(trajectory.messages[prompt_length:]):
+        role = m.get("role")
+        if role == "assistant":
+            text = _text(m.get("content"))
+            if text or not m.get("tool_calls"):
+                items.append({"id": f"msg_{i}", "type": "message", "role": "assistant", "status": "completed",
+                              "content": [{"type": "output_text", "text": text, "annotations": []}]})
+            for j, tc in enumerate(m.get("tool_calls") or []):
+                fn = tc.get("function") or {}
+                args = fn.get("arguments", "{}")
+                items.append({"type": "function_call", "call_id": str(tc.get("id") or f"call_{i}_{j}"),
+                              "name": str(fn.get("name", "")), "status": "completed",
+                              "arguments": args if isinstance(args, str) else orjson.dumps(args).decode()})
+        elif role == "tool":
+            items.append({"type": "function_call_output", "call_id": str(m.get("tool_call_id") or ""),
+                          "output": _text(m.get("content"))})
+    request = nemo_row(task)["responses_create_params"]
+    return {"id": f"resp_{task.id}", "object": "response", "created_at": int(time.time()),
+            "model": "palaestra", "output": items, "tools": request.get("tools", []),
+            "tool_choice": request.get("tool_choice", "auto"),
+            "parallel_tool_calls": bool(request.get("parallel_tool_calls", True))}
+
+
+@dataclass
+class NemoSession:
+    """One Palaestra session: the task and an HTTP client whose cookie jar is the NeMo session."""
+
+    task: Task
+    client: httpx.AsyncClient
+    tools: frozenset[str]
+
+
+class NemoGymServerEnvironment(Environment):
+    """Base of the generated ``nemo_gym:<server>`` classes; ``server`` names the resources server."""
+
+    mechanism = "multi-turn"
+    domain = "agent"
+    server: ClassVar[str] = ""
+    venv: ClassVar[Path | None] = None
+    timeout_s: ClassVar[float] = 120.0
+
+    def __init__(self) -> None:
+        self._process = NemoServerProcess(self.server, self.venv)
+
+    # ---- tasks ---------------------------------------------------------------------------------
+    def examples(self) -> list[Task]:
+        """The server's published ``data/example*.jsonl`` rows (not its recorded rollouts), in order."""
+        from palaestra.rollout.tasks import parse_row  # adapters sit above rollout
+
+        tasks: list[Task] = []
+        data = server_dir(self.server, self.venv) / "data"
+        for path in sorted(data.glob("example*.jsonl")):
+            if "rollout" in path.name:
+                continue
+            lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+            for n, line in enumerate(lines, 1):
+                raw = orjson.loads(line)
+                task = parse_row(raw, f"{self.server}-{path.stem}-{n}", self.name)
+                if "id" in raw:
+                    task.metadata[ROW_ID_KEY] = raw["id"]
+                tasks.append(task)
+        return tasks
+
+    def tool_schemas(self, task: Task | None = None) -> list[dict[str, Any]]:
+        if task is None:
+            found = self.examples()
+            task = found[0] if found else None
+        return list(task.tools or []) if task is not None else []
+
+    def reference(self, task: Task) -> Reference | None:
+        derive = REFERENCES.get(self.server)
+        return derive(task) if derive is not None else None
+
+    # ---- sessions ------------------------------------------------------------------------------
+    async def seed(self, task: Task) -> NemoSession:
+        base = await self._process.url()
+        client = httpx.AsyncClient(base_url=base, timeout=self.timeout_s, trust_env=False)
+        names = frozenset(str((t.get("function") or t).get("name")) for t in task.tools or [])
+        session = NemoSession(task, client, names)
+        try:
+            await self._post(session, "/seed_session", nemo_row(task))
+        except BaseException:
+            await client.aclose()
+            raise
+        return session
+
+    async def _post(self, session: NemoSession, path: str, body: Any) -> httpx.Response:
+        try:
+            response = await session.client.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise EnvironmentFailure(f"NeMo Gym server '{self.server}' did not answer {path}: {exc!r}") from exc
+        if response.status_code >= 500 or (path in ("/seed_session", "/verify") and response.status_code >= 400):
+            raise EnvironmentFailure(f"NeMo Gym server '{self.server}' answered {path} with "
+                                     f"HTTP {response.status_code}: {response.text[:500]}")
+        return response
+
+    async def dynamic_tool(self, state: NemoSession, name: str, arguments: Any) -> Any:
+        if name not in state.tools:
+            raise UnknownTool(f"unknown tool '{name}' in NeMo Gym server '{self.server}'",
+                              hint=f"available tools: {', '.join(sorted(state.tools)) or '(none)'}")
+        if arguments is not None and not isinstance(arguments, dict):
+            raise BadArguments(f"tool '{name}' takes a JSON object of arguments")
+        response = await self._post(state, f"/{name}", arguments or {})
+        if response.status_code == 422:
+            raise BadArguments(f"tool '{name}': {response.text[:500]}")
+        if response.status_code >= 400:
+            raise ToolError(f"tool '{name}' answered HTTP {response.status_code}: {response.text[:500]}")
+        try:
+            return response.json()
+        except ValueError:
+            return response.text
+
+    async def verify(self, state: NemoSession, trajectory: Trajectory) -> Verdict:
+        prompt_length = len(self.prompt(state.task))
+        body = nemo_row(state.task) | {"response": response_body(state.task, trajectory, prompt_length)}
+        answer = (await self._post(state, "/verify", body)).json()
+        reward = answer.get("reward") if isinstance(answer, dict) else None
+        if not isinstance(reward, (int, float)) or isinstance(reward, bool):
+            raise EnvironmentFailure(f"NeMo Gym server '{self.server}' answered /verify without a reward")
+        extra = {k: v for k, v in answer.items() if k not in body and k != "reward"}
+        return Verdict(reward=float(reward), passed=float(reward) >= 1.0,
+                       metadata={"nemo_gym_server": self.server, **extra}, answer=trajectory.final_text() or None)
+
+    async def close(self, state: NemoSession) -> None:
+        await state.client.aclose()
+
+
+_CLASSES: dict[str, type[NemoGymServerEnvironment]] = {}
+
+
+def environment_class(server: str) -> type[NemoGymServerEnvironment]:
+    """The environment class of ``nemo_gym:<server>`` (one per server and process, so a spec always
+    resolves to the same class); a ConfigError when the wheel ships no such server."""
+    cls = _CLASSES.get(server)
+    if cls is None:
+        if not server.isidentifier():
+            raise ConfigError(f"'{server}' is not a NeMo Gym resources-server name")
+        if not (server_dir(server, None) / "app.py").is_file():
+            raise ConfigError(f"NeMo Gym ships no resources server '{server}'",
+                              hint=f"its servers are the folders of {server_dir('', None)}")
+        cls = type(f"NemoGym_{server}", (NemoGymServerEnvironment,),
+                   {"name": f"{FAMILY}:{server}", "server": server, "__module__": __name__,
+                    "description": f"NeMo Gym resources server '{server}', run as it is over HTTP"})
+        _CLASSES[server] = cls
+    return cls
