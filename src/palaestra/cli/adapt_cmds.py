@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -46,9 +47,8 @@ def import_harbor_cmd(
 ) -> None:
     """Read Harbor task directories (instruction.md, task.toml, environment/, tests/test.sh) into task rows;
     Terminal-Bench 1 task directories are converted first, as by `env import terminal-bench`."""
-    import orjson
 
-    from palaestra.adapters.harbor import find_task_dirs, import_harbor, write_rows
+    from palaestra.adapters.harbor import find_task_dirs, import_harbor
     from palaestra.adapters.terminal_bench import find_tb1_dirs
     from palaestra.core.errors import PalaestraError
 
@@ -60,18 +60,7 @@ def import_harbor_cmd(
     except PalaestraError as exc:
         fail(exc.message, exc.hint)
         return
-    for note in result.warnings:
-        typer.secho(f"warning: {note}", fg="yellow", err=True)
-    for note in result.skipped:
-        typer.secho(f"skipped: {note}", fg="red", err=True)
-    if out is None:
-        for task in result.tasks:
-            sys.stdout.write(orjson.dumps(task.model_dump(mode="json", exclude_none=True)).decode() + "\n")
-    else:
-        write_rows(out, result.tasks)
-        typer.echo(f"wrote {len(result.tasks)} task rows to {out}", err=True)
-    if not result.tasks:
-        raise typer.Exit(1)
+    _emit_rows(result, out, "")
 
 
 @import_app.command("terminal-bench")
@@ -95,14 +84,22 @@ def import_terminal_bench_cmd(
 
 def _import_tb1(directory: Path, out: Path | None, tasks_dir: Path | None, *, env: str, id_prefix: str) -> None:
     """Shared by ``env import terminal-bench`` and ``env import harbor`` given TB1 tasks."""
-    import orjson
 
-    from palaestra.adapters.harbor import write_rows
     from palaestra.adapters.terminal_bench import import_terminal_bench
 
     if tasks_dir is None:
         tasks_dir = out.with_name(out.name + ".tasks") if out is not None else Path("terminal-bench-tasks")
     result = import_terminal_bench(directory, tasks_dir, env=env, id_prefix=id_prefix)
+    _emit_rows(result, out, f" (task directories in {result.tasks_dir})")
+
+
+def _emit_rows(result: Any, out: Path | None, where: str) -> None:
+    """What both importers print: warnings, skipped tasks, then the rows (to stdout or ``out``); no rows is
+    exit 1."""
+    import orjson
+
+    from palaestra.adapters.harbor import write_rows
+
     for note in result.warnings:
         typer.secho(f"warning: {note}", fg="yellow", err=True)
     for note in result.skipped:
@@ -112,7 +109,7 @@ def _import_tb1(directory: Path, out: Path | None, tasks_dir: Path | None, *, en
             sys.stdout.write(orjson.dumps(task.model_dump(mode="json", exclude_none=True)).decode() + "\n")
     else:
         write_rows(out, result.tasks)
-        typer.echo(f"wrote {len(result.tasks)} task rows to {out} (task directories in {result.tasks_dir})", err=True)
+        typer.echo(f"wrote {len(result.tasks)} task rows to {out}{where}", err=True)
     if not result.tasks:
         raise typer.Exit(1)
 
