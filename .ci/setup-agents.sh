@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# External coding-agent CLIs for tests/agents (palaestra.agents.external): OpenAI's Codex CLI and
-# Anthropic's Claude Code from npm, mini-SWE-agent from PyPI (in a virtual environment of its own: its
-# litellm pins much of the OpenAI stack). Everything goes under $PALAESTRA_AGENTS_DIR (default
+# External coding-agent CLIs for tests/agents (palaestra.agents.external): OpenAI's Codex CLI, Anthropic's
+# Claude Code, OpenCode, KiloCode and Pi from npm, mini-SWE-agent from PyPI (in a virtual environment of its
+# own: its litellm pins much of the OpenAI stack). Everything goes under $PALAESTRA_AGENTS_DIR (default
 # /opt/palaestra-agents): npm/ for the npm packages, mini-swe-agent/ for the venv. Pinned versions. npm
-# install scripts are not run; Claude Code's own postinstall (install.cjs: it only copies the native binary
-# from its platform package over a placeholder, no download) is run by hand afterwards. Idempotent:
-# returns at once when the pinned versions are there; any failure stops it with a non-zero status.
+# install scripts are not run; the three that matter only copy a native binary from the platform package
+# npm installed over a placeholder (no download), and are run by hand afterwards: Claude Code's
+# install.cjs, OpenCode's and Kilo's postinstall.mjs. Idempotent: returns at once when the pinned versions
+# are there; any failure stops it with a non-zero status.
 # PALAESTRA_SKIP_AGENTS=1 skips it (the tests then skip, and CI does not require the `agents` capability).
 set -euo pipefail
 if [[ "${PALAESTRA_SKIP_AGENTS:-0}" == "1" ]]; then
@@ -16,6 +17,9 @@ DIR="${PALAESTRA_AGENTS_DIR:-/opt/palaestra-agents}"
 CODEX_VERSION=0.171.0
 CLAUDE_VERSION=2.1.197   # the newest release whose engines accept Node 18/20 (later ones need Node 22)
 MINI_VERSION=2.4.6
+OPENCODE_VERSION=1.18.33
+KILO_VERSION=7.7.7       # 7.8.1's platform packages are not published on npm
+PI_VERSION=0.73.1
 PY="${PYTHON:-python3}"
 
 die() { echo "setup-agents: ERROR: $*" >&2; exit 1; }
@@ -37,14 +41,26 @@ want=()
 [[ "$(npm_version @anthropic-ai/claude-code)" == "$CLAUDE_VERSION" ]] \
   && "$DIR/npm/node_modules/.bin/claude" --version >/dev/null 2>&1 \
   || want+=("@anthropic-ai/claude-code@$CLAUDE_VERSION")
+# OpenCode and Kilo ship their binary in a platform package (an optional dependency npm installs); their
+# postinstall.mjs only copies it over the placeholder in bin/ (it would download only if it were missing).
+[[ "$(npm_version opencode-ai)" == "$OPENCODE_VERSION" ]] \
+  && "$DIR/npm/node_modules/.bin/opencode" --version >/dev/null 2>&1 || want+=("opencode-ai@$OPENCODE_VERSION")
+[[ "$(npm_version @kilocode/cli)" == "$KILO_VERSION" ]] \
+  && "$DIR/npm/node_modules/.bin/kilo" --version >/dev/null 2>&1 || want+=("@kilocode/cli@$KILO_VERSION")
+[[ "$(npm_version @mariozechner/pi-coding-agent)" == "$PI_VERSION" ]] \
+  || want+=("@mariozechner/pi-coding-agent@$PI_VERSION")
 if [[ ${#want[@]} -gt 0 ]]; then
   npm install --prefix "$DIR/npm" --no-audit --no-fund --ignore-scripts --loglevel=error \
-    "@openai/codex@$CODEX_VERSION" "@anthropic-ai/claude-code@$CLAUDE_VERSION" >/dev/null \
+    "@openai/codex@$CODEX_VERSION" "@anthropic-ai/claude-code@$CLAUDE_VERSION" "opencode-ai@$OPENCODE_VERSION" \
+    "@kilocode/cli@$KILO_VERSION" "@mariozechner/pi-coding-agent@$PI_VERSION" >/dev/null \
     || die "npm could not install ${want[*]}"
   (cd "$DIR/npm/node_modules/@anthropic-ai/claude-code" && node install.cjs >/dev/null) \
     || die "Claude Code's install.cjs failed"
-  for exe in codex claude; do
-    "$DIR/npm/node_modules/.bin/$exe" --version >/dev/null || die "$exe does not run"
+  for pkg in opencode-ai @kilocode/cli; do
+    (cd "$DIR/npm/node_modules/$pkg" && node postinstall.mjs >/dev/null) || die "$pkg's postinstall.mjs failed"
+  done
+  for exe in codex claude opencode kilo pi; do
+    out="$("$DIR/npm/node_modules/.bin/$exe" --version 2>&1)" || die "$exe does not run: $out"  # pi prints to stderr
   done
   echo "setup-agents: installed ${want[*]} under $DIR/npm"
 fi
@@ -67,4 +83,5 @@ if [[ "$mini_installed" != "$MINI_VERSION" ]]; then
   echo "setup-agents: installed mini-swe-agent $MINI_VERSION in $MINI"
 fi
 echo "setup-agents: codex $(npm_version @openai/codex), claude-code $(npm_version @anthropic-ai/claude-code)," \
+  "opencode $(npm_version opencode-ai), kilo $(npm_version @kilocode/cli), pi $(npm_version @mariozechner/pi-coding-agent)," \
   "mini-swe-agent $(cat "$MINI/.palaestra-version") in $DIR"

@@ -4,6 +4,8 @@
 #   - bench/side_by_side.py runs NeMo Gym beside Palaestra on the same fake model and rows.
 #   - tests/parity/test_nemo_parity.py scores rows with NeMo Gym's own verifiers (mcqa, gpqa_diamond,
 #     math_with_judge) against Palaestra's.
+#   - `--env nemo_gym:<server>` and bench/nemo_gym_families.py run NeMo Gym's resources servers as they
+#     are; `server_deps` below installs the PyPI packages their own requirements.txt files name.
 # Both find the venv through tests/fixtures/nemo_gym.py (the same default location as here).
 #
 #   bash .ci/setup-nemo-gym.sh        # idempotent: a second run only checks the installed version
@@ -40,8 +42,72 @@ verifier_deps() {
   "$VENV/bin/python" -m pip install -q $pins >/dev/null 2>&1 || die "pip could not install $pins into $VENV"
 }
 
+
+# The resources servers run as Palaestra environments (`--env nemo_gym:<server>`, bench/nemo_gym_families.py)
+# import their own requirements.txt packages. Install those that are on PyPI into this venv, constrained to
+# the versions the venv already holds (NeMo Gym's own pins never move), in one resolution; list what is
+# skipped and why. Idempotent: a marker holds the list last installed.
+server_deps() {
+  local want skipped marker="$VENV/.palaestra-server-deps" constraints t0=$SECONDS
+  want="$(mktemp)"; skipped="$(mktemp)"; constraints="$(mktemp)"
+  (cd "$(mktemp -d)" && "$VENV/bin/python" - >"$want" 2>"$skipped" <<'PY') || die "could not read the servers' requirements"
+# The PyPI packages the resources servers' requirements.txt files name that the venv lacks, one per line
+# (stdout), and what is skipped with the reason (stderr). A server with a requirement that is not on PyPI
+# (a git or URL one) or a heavy one gets none of its packages: it cannot be complete here anyway.
+import importlib.metadata as md, pathlib, re, sys, resources_servers
+HEAVY = {"torch": "GPU-sized wheels (~2 GB with CUDA)", "torchvision": "needs torch", "unbabel-comet": "needs torch", "bert-score": "needs torch", "vllm": "GPU inference server",
+         "spacy": "large, plus a model wheel from GitHub", "playwright": "needs browser binaries downloaded at install",
+         "fasttext-wheel": "native build",
+         "evalplus": "its google-generativeai needs protobuf < 6, NeMo Gym's venv has 7"}
+base = pathlib.Path(resources_servers.__path__[0])
+have = {d.metadata["Name"].lower().replace("_", "-") for d in md.distributions()}
+want, skipped = {}, []
+for req in sorted(base.glob("*/requirements.txt")):
+    server = req.parent.name
+    mine, why = {}, None
+    for raw in req.read_text().replace("-e nemo-gym", "\n-e nemo-gym").splitlines():
+        line = raw.split("#")[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        if "://" in line or line.startswith("git+"):
+            why = why or f"{server}: {line.split('@')[0].strip()} (not on PyPI: a git/URL requirement)"; continue
+        name = re.split(r"[\[<>=!~ ;]", line, maxsplit=1)[0].lower().replace("_", "-")
+        if name in HEAVY:
+            why = why or f"{server}: {name} ({HEAVY[name]})"; continue
+        if name in have:
+            continue  # keep the venv's version: NeMo Gym's own pins win
+        mine[name] = line.split(";")[0].strip()
+    if why:  # the server cannot be complete here: none of its packages is installed
+        skipped.append(why)
+        continue
+    for name, spec in mine.items():
+        prev = want.get(name)
+        want[name] = spec if prev in (None, spec) else name  # two servers pin it differently: leave the choice to pip
+print("\n".join(sorted(want.values())))
+print("\n".join(sorted(set(skipped))), file=sys.stderr)
+PY
+  if [[ -f "$marker" ]] && cmp -s "$want" "$marker"; then
+    echo "setup-nemo-gym: resources-server packages already installed ($(wc -l <"$want") listed)"; return 0
+  fi
+  "$VENV/bin/python" -m pip freeze --exclude-editable 2>/dev/null | grep -v ' @ ' >"$constraints"
+  mapfile -t specs <"$want"
+  # uv resolves the ~60 names in seconds where pip backtracks for minutes; pip is the fallback (same
+  # constraints) where uv cannot reach the index pip is configured for.
+  if ! "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -c "$constraints" "${specs[@]}" >"$log" 2>&1 \
+     && ! "$VENV/bin/python" -m pip install -q -c "$constraints" "${specs[@]}" >"$log" 2>&1; then
+    grep -v "is ignored: it is neither a file nor a directory" "$log" | tail -30 >&2
+    die "uv and pip could not install the resources servers' packages (output above)"
+  fi
+  cp "$want" "$marker"
+  echo "setup-nemo-gym: installed ${#specs[@]} resources-server packages in $((SECONDS - t0)) s; skipped:"
+  sed 's/^/  /' "$skipped"
+}
+
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
 if [[ "$(installed_version)" == "$VERSION" && -x "$VENV/bin/gym" && -x "$VENV/bin/uv" ]]; then
   verifier_deps
+  server_deps
   echo "setup-nemo-gym: nemo-gym $VERSION already in $VENV"
   exit 0
 fi
@@ -75,8 +141,6 @@ t0=$SECONDS
 rm -rf "$VENV"
 mkdir -p "$(dirname "$VENV")"
 "$PY" -m venv "$VENV" || die "could not create the venv $VENV with $PY"
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
 # uv: `gym env start` builds one venv per server with it.
 if ! "$VENV/bin/python" -m pip install -q --upgrade pip >"$log" 2>&1 \
    || ! "$VENV/bin/python" -m pip install -q "${flags[@]}" "nemo-gym==$VERSION" uv >"$log" 2>&1; then
@@ -91,5 +155,6 @@ got="$(installed_version)"
   || die "nemo-gym $VERSION is installed in $VENV but does not import"
 [[ -x "$VENV/bin/gym" ]] || die "nemo-gym $VERSION installed no 'gym' command in $VENV"
 verifier_deps
+server_deps
 echo "setup-nemo-gym: installed nemo-gym $VERSION into $VENV in $((SECONDS - t0)) s ($(du -sh "$VENV" | cut -f1))" \
      "${flags[*]:+(${flags[*]})}"

@@ -4,15 +4,27 @@
   python bench/overhead.py collect  # `palaestra eval run` at 0/200 ms latency × concurrency 1/64/1000
   python bench/overhead.py http     # `eval run --model URL` against a scripted OpenAI-compatible server on
                                     # 127.0.0.1 (the issue's target: CPU of the eval process per rollout)
-  python bench/overhead.py          # all three
+  python bench/overhead.py floor    # the floor: the cheapest possible rollout, next to `eval run`, same run
+  python bench/overhead.py          # core, collect and http
   python bench/overhead.py core --tiny   # any of them at a smoke-test size (tests/bench runs this)
 
-Knobs: N (core tasks, default 2000), ENV (workplace), COLLECT_N (rollouts at 0 ms, default 2000).
-"""
+Knobs: N (core tasks, default 2000), ENV (workplace), COLLECT_N (rollouts at 0 ms, default 2000),
+FLOOR_N (floor rollouts, default 4000), ROUNDS (floor rounds, default 3).
+
+The floor (``floor``): a client doing only what a rollout must, each a child process measured by wait4,
+against the same `palaestra model serve` oracle on 127.0.0.1: one aiohttp POST (the client library of
+Palaestra's OpenAI-compatible backend) with the row's prompt, one orjson decode of the answer and encode
+of a record, and one append to a JSONL file by a group-commit writer that fsyncs each batch in a worker
+thread (the journal's policy). Its CPU per rollout is set against `palaestra eval run --model URL` on
+the same rows, single-turn (mcqa, agent single) and multi-turn tool use (workplace, agent tool). Both are
+marginal CPU, (CPU of an N-rollout run − CPU of a 1-rollout run) / (N − 1), so interpreter start-up and
+imports count for neither; rounds interleave floor and Palaestra, and the lowest of each is kept (the
+least disturbed by other load on the machine)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -21,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from palaestra.agents.tool_agent import ToolAgent
@@ -71,17 +84,17 @@ async def core_case(env_name: str, placement: str, n: int, concurrency: int = 64
             "mean_reward": round(sum(rewards) / len(rewards), 4), "startup_s": round(mounted.startup_s, 3)}
 
 
-def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1, model: str | None = None
-                 ) -> dict[str, object]:
+def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1, model: str | None = None,
+                 env_name: str = "mcqa", agent: str | None = None) -> dict[str, object]:
     """One `palaestra eval run` as a child process: wall time, its CPU and peak RSS from wait4."""
     with tempfile.TemporaryDirectory() as tmp:
         tasks = Path(tmp) / "tasks.jsonl"
         with tasks.open("w") as fh:
-            for t in _tasks("mcqa", n):
+            for t in _tasks(env_name, n):
                 fh.write(t.model_dump_json() + "\n")
         cmd = [sys.executable, "-m", "palaestra.cli.main", "eval", "run", "--input", str(tasks), "-q",
                "--model", model or f"scripted:oracle?latency_ms={latency_ms}", "-c", str(concurrency),
-               "-k", str(repeats),
+               "-k", str(repeats), *(["--agent", agent] if agent else []),
                "--out", str(Path(tmp) / "run")]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -89,6 +102,10 @@ def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1, mo
         wall = time.perf_counter() - t0
         err = proc.stderr.read().decode()[-500:] if proc.stderr else ""
         metrics = json.loads((Path(tmp) / "run" / "metrics.json").read_text()) if status == 0 else {}
+        calls = 0
+        if status == 0:
+            with (Path(tmp) / "run" / "rollouts.jsonl").open() as journal:
+                calls = sum(len(json.loads(line)["trajectory"]["model_calls"]) for line in journal)
     total = n * repeats
     cpu = ru.ru_utime + ru.ru_stime
     ideal = total * latency_ms / 1000 / min(concurrency, total) if latency_ms else None
@@ -97,6 +114,7 @@ def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1, mo
             "cpu_s": round(cpu, 3), "cpu_ms_per_rollout": round(1000 * cpu / total, 3),
             "peak_rss_mb": round(ru.ru_maxrss / 1024, 1),
             "ideal_wall_s": round(ideal, 3) if ideal else None,
+            "model_calls_per_rollout": round(calls / total, 3),
             "mean_reward": (metrics.get("overall") or {}).get("mean_reward"), **({"error": err} if status else {})}
 
 
@@ -106,17 +124,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def http_case(latency_ms: int, concurrency: int, n: int) -> dict[str, object]:
-    """`eval run --model http://127.0.0.1:PORT/v1` against `palaestra model serve` (scripted oracle).
-
-    Only the eval process is measured (wait4), as NeMo Gym's figure counts its own processes and not the
-    fake model's: this is the runtime's cost per rollout when a real model server sits at the other end."""
+@contextlib.contextmanager
+def model_server(latency_ms: int, envs: tuple[str, ...] = ("mcqa",)) -> Iterator[str]:
+    """`palaestra model serve` (the scripted oracle, knowing ``envs``' tasks) on 127.0.0.1: its base URL."""
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "palaestra.cli.main", "model", "serve", "--policy", "oracle",
-                               "--env", "mcqa", "--latency-ms", str(latency_ms), "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               *[a for e in envs for a in ("--env", e)], "--latency-ms", str(latency_ms),
+                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=0.2):
@@ -125,19 +141,98 @@ def http_case(latency_ms: int, concurrency: int, n: int) -> dict[str, object]:
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit("the scripted model server did not start") from None
                 time.sleep(0.05)
-        case = collect_case(latency_ms, concurrency, n, model=f"http://127.0.0.1:{port}/v1")
+        yield f"http://127.0.0.1:{port}/v1"
     finally:
         server.terminate()
         server.wait(10)
+
+
+def http_case(latency_ms: int, concurrency: int, n: int) -> dict[str, object]:
+    """`eval run --model http://127.0.0.1:PORT/v1` against `palaestra model serve` (scripted oracle).
+
+    Only the eval process is measured (wait4), as NeMo Gym's figure counts its own processes and not the
+    fake model's: this is the runtime's cost per rollout when a real model server sits at the other end."""
+    with model_server(latency_ms) as url:
+        case = collect_case(latency_ms, concurrency, n, model=url)
     return {**case, "bench": "collect_http"}
+
+
+def _num(value: object) -> float:
+    """A figure of a case's JSON line (typed ``object`` there) as the number it is."""
+    assert isinstance(value, (int, float)), value
+    return float(value)
+
+
+def floor_run(url: str, prompts: Path, n: int, concurrency: int, tmp: Path) -> float:
+    """CPU seconds of one floor client run (bench/floor_client.py) of ``n`` rollouts, from wait4."""
+    out = tmp / f"floor-{n}.jsonl"
+    out.unlink(missing_ok=True)
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("floor_client.py")), url, str(prompts),
+                             str(n), str(concurrency), str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(proc.pid, 0)
+    answer = proc.stdout.read().decode() if proc.stdout else ""
+    if status != 0 or json.loads(answer or "{}").get("answered") != n:
+        err = proc.stderr.read().decode()[-800:] if proc.stderr else ""
+        raise SystemExit(f"the floor client failed: {answer[-300:]} {err}")
+    with out.open("rb") as fh:
+        if sum(1 for _ in fh) != n:
+            raise SystemExit("the floor client's journal lacks records")
+    return ru.ru_utime + ru.ru_stime
+
+
+def floor_case(n: int, rounds: int, concurrency: int = 64) -> dict[str, object]:
+    """The floor next to `eval run` on the same fake model, rows and concurrency (see the module doc).
+
+    Marginal CPU per rollout, (CPU(n) − CPU(1)) / (n − 1), the lowest of ``rounds`` interleaved rounds."""
+    cases = {"single_turn": ("mcqa", "single"), "multi_turn": ("workplace", "tool")}
+    floor: list[float] = []
+    runs: dict[str, list[dict[str, object]]] = {k: [] for k in cases}
+    with tempfile.TemporaryDirectory() as d, model_server(0, ("mcqa", "workplace")) as url:
+        tmp = Path(d)
+        prompts = tmp / "prompts.jsonl"
+        env = load_env("mcqa")
+        with prompts.open("w") as fh:
+            for t in _tasks("mcqa", min(n, 200)):
+                fh.write(json.dumps({"id": t.id, "messages": env.prompt(t)}) + "\n")
+        for _ in range(rounds):
+            full_s, one_s = floor_run(url, prompts, n, concurrency, tmp), floor_run(url, prompts, 1, 1, tmp)
+            floor.append((full_s - one_s) / (n - 1))
+            for key, (env_name, agent) in cases.items():
+                full = collect_case(0, concurrency, n, model=url, env_name=env_name, agent=agent)
+                one = collect_case(0, 1, 1, model=url, env_name=env_name, agent=agent)
+                if not (full["ok"] and one["ok"]):
+                    raise SystemExit(f"eval run failed: {full.get('error') or one.get('error')}")
+                marginal = (_num(full["cpu_s"]) - _num(one["cpu_s"])) / (n - 1)
+                runs[key].append({**full, "marginal_cpu_s": marginal})
+    base = min(floor)
+    if base <= 0:
+        raise SystemExit(f"the floor is not measurable at {n} rollouts (marginal CPU {floor}): raise FLOOR_N")
+    line: dict[str, object] = {"bench": "floor", "rollouts": n, "rounds": rounds, "concurrency": concurrency,
+                               "model": "palaestra model serve (scripted oracle, 0 ms) on 127.0.0.1",
+                               "floor_cpu_ms_per_rollout": round(1000 * base, 4),
+                               "floor_rounds_ms": [round(1000 * f, 4) for f in floor]}
+    for key, (env_name, agent) in cases.items():
+        best = min(runs[key], key=lambda r: _num(r["marginal_cpu_s"]))
+        cpu, calls = _num(best["marginal_cpu_s"]), _num(best["model_calls_per_rollout"])
+        line[key] = {"env": env_name, "agent": agent, "cpu_ms_per_rollout": round(1000 * cpu, 4),
+                     "rounds_ms": [round(1000 * _num(r["marginal_cpu_s"]), 4) for r in runs[key]],
+                     "x_floor": round(cpu / base, 2), "model_calls_per_rollout": calls,
+                     "x_floor_per_model_call": round(cpu / (base * calls), 2) if calls else None,
+                     "mean_reward": best["mean_reward"], "rollouts_per_s": best["rollouts_per_s"]}
+    return line
 
 
 def main() -> None:
     args = [a for a in sys.argv[1:] if a != "--tiny"]
     tiny = "--tiny" in sys.argv[1:]  # a smoke-test size: seconds, not figures worth quoting
     what = args[0] if args else "all"
-    if what not in ("core", "collect", "http", "all"):
-        raise SystemExit(f"unknown case {what!r}: use core, collect, http or all (and --tiny for a smoke run)")
+    if what not in ("core", "collect", "http", "floor", "all"):
+        raise SystemExit(f"unknown case {what!r}: use core, collect, http, floor or all (and --tiny for a smoke "
+                         "run)")
+    if what == "floor":
+        fn = int(os.environ.get("FLOOR_N", "200" if tiny else "4000"))  # marginal CPU needs a few hundred
+        print(json.dumps(floor_case(fn, int(os.environ.get("ROUNDS", "1" if tiny else "3")))), flush=True)
+        return
     n = int(os.environ.get("N", "20" if tiny else "2000"))
     env_name = os.environ.get("ENV", "workplace")
     if what in ("core", "all"):

@@ -19,8 +19,10 @@ from palaestra.settings import Settings
 
 SRC = Path(palaestra.__file__).resolve().parent
 # The only ways a module other than settings.py may touch os.environ: copying it into the environment of
-# a child process it starts (or passing PATH on to one).
-CHILD_ENV = re.compile(r"dict\(os\.environ\)|\{\*\*os\.environ\b|os\.environ\.items\(\)|os\.environ\.get\(\"PATH\"")
+# a child process it starts (or passing PATH on to one), or setting one for a child's own library code
+# (an assignment is not a read).
+CHILD_ENV = re.compile(r"dict\(os\.environ\)|\{\*\*os\.environ\b|os\.environ\.items\(\)|os\.environ\.get\(\"PATH\""
+                       r"|os\.environ\[[^\]]+\] = ")
 READS = re.compile(r"os\.environ|getenv")
 
 

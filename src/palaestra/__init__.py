@@ -1,7 +1,8 @@
 """Palaestra: a server-based runtime for evaluating LLM agents in stateful environments.
 
-``palaestra.evaluate`` / ``evaluate_async`` / ``collect`` (the public API, ``palaestra.api``) are imported
-on first use, so ``import palaestra`` stays as light as the core records it always loads."""
+``palaestra.evaluate`` / ``evaluate_async`` / ``collect`` / ``collect_sync`` (the public API,
+``palaestra.api``) are imported on first use, so ``import palaestra`` stays as light as the core records it
+always loads."""
 
 from typing import TYPE_CHECKING, Any
 
@@ -19,9 +20,9 @@ from palaestra.core import (
 from palaestra.core.version import __version__
 
 if TYPE_CHECKING:
-    from palaestra.api import EvalResult, collect, evaluate, evaluate_async
+    from palaestra.api import EvalResult, collect, collect_sync, evaluate, evaluate_async
 
-_API = ("EvalResult", "collect", "evaluate", "evaluate_async")
+_API = ("EvalResult", "collect", "collect_sync", "evaluate", "evaluate_async")
 
 
 def __getattr__(name: str) -> Any:
@@ -38,5 +39,5 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Environment", "EvalResult", "Reference", "Rollout", "Task", "ToolCall", "ToolError", "Trajectory", "Verdict",
-    "__version__", "collect", "evaluate", "evaluate_async", "tool",
+    "__version__", "collect", "collect_sync", "evaluate", "evaluate_async", "tool",
 ]

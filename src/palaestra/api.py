@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from palaestra.settings import Settings
     from palaestra.train.service_types import Group, StragglerPolicy
 
-__all__ = ["EvalResult", "collect", "evaluate", "evaluate_async", "resolve_run"]
+__all__ = ["EvalResult", "collect", "collect_sync", "evaluate", "evaluate_async", "resolve_run"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -373,3 +373,16 @@ async def _members(stream: AsyncGenerator[Group, None]) -> AsyncGenerator[Rollou
                     yield rollout
     finally:
         await stream.aclose()
+
+
+def collect_sync(tasks: Sequence[TaskLike] | None = None, *, k: int = 1, groups: bool = False,
+                 **options: Any) -> list[Any]:
+    """``collect``, blocking, for synchronous callers (a script, a trainer's rollout hook): every group is
+    collected, then all are returned as one list, of rollouts or, with ``groups=True``, of ``Group``s in
+    the order the tasks were given (``collect`` streams them as they finish). Same options as ``collect``."""
+    async def gather() -> list[Any]:
+        stream: AsyncGenerator[Any, None] = collect(tasks, k=k, groups=True, **options)
+        found = [g async for g in stream]
+        found.sort(key=lambda g: g.group_id)
+        return found if groups else [r for g in found for i, r in enumerate(g.rollouts) if i not in g.padded]
+    return run_sync(gather())

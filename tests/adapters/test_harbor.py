@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from palaestra.adapters.harbor import import_harbor
+from palaestra.adapters.harbor import HARBOR_ENV, import_harbor
 from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Task, Trajectory
 
@@ -65,7 +65,7 @@ def test_a_dataset_becomes_terminal_rows(tmp_path: Path) -> None:
 
     assert [t.id for t in result.tasks] == ["harbor-acme-make-greeting", "harbor-acme-needs-build"]
     task = result.tasks[0]
-    assert task.env == "terminal" and task.input == "Write 'hello' into out.txt next to greeting.txt."
+    assert task.env == HARBOR_ENV and task.input == "Write 'hello' into out.txt next to greeting.txt."
     md = task.metadata
     assert md["task_dir"] == str((tmp_path / "make-greeting").resolve())
     assert md["workdir"] == "/app" and md["memory_mb"] == 1024 and md["disk_mb"] == 512 and "image" not in md
@@ -75,8 +75,11 @@ def test_a_dataset_becomes_terminal_rows(tmp_path: Path) -> None:
 
     warnings = "\n".join(result.warnings)
     assert not any(w.startswith("harbor-acme-make-greeting") for w in result.warnings), warnings
-    assert "harbor-acme-needs-build: environment/Dockerfile builds on python:3.12-slim" in warnings
-    assert "RUN pip install numpy" in warnings
+    assert not warnings  # the harbor environment builds the image: its RUN steps run
+    # rows for the terminal environment run no Dockerfile step: each one is named
+    terminal = "\n".join(import_harbor(tmp_path, env="terminal").warnings)
+    assert "harbor-acme-needs-build: environment/Dockerfile builds on python:3.12-slim" in terminal
+    assert "RUN pip install numpy" in terminal
     assert "/logs/verifier" not in warnings  # the terminal env maps Harbor's fixed paths itself
     assert result.tasks[1].metadata["workdir"] == "/srv"
     assert len(result.skipped) == 1 and "broken" in result.skipped[0] and "tests/test.sh" in result.skipped[0]

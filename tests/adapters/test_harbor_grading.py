@@ -89,7 +89,7 @@ def _dataset(root: Path) -> Path:
 async def test_every_failure_shape_is_typed_and_never_scored(tmp_path: Path) -> None:
     assert shutil.which("pytest", path="/usr/local/bin:/usr/bin:/bin") is None, \
         "this test needs a sandbox without pytest on its PATH"
-    imported = import_harbor(_dataset(tmp_path / "dataset"))
+    imported = import_harbor(_dataset(tmp_path / "dataset"), env="terminal")
     assert sorted(t.id.removeprefix("harbor-acme-") for t in imported.tasks) == sorted(SHAPES)
     assert any("harbor-acme-network-declared: task.toml declares the network is needed" in w
                for w in imported.warnings), imported.warnings

@@ -238,10 +238,12 @@ def test_an_agent_ref_that_routes_nowhere_is_refused_with_its_name(tmp_path: Pat
                                   "agent_ref": {"type": "responses_api_agents", "name": "iheval_simple_agent"}}) + "\n"
                     + json.dumps({"responses_create_params": {"input": "x", "tools": [{"type": "web_search"}]},
                                   "id": "3"}) + "\n")
-    problems = load_task_file(path).problems
-    assert [(p.line, p.field) for p in problems] == [(1, "agent_ref"), (2, "agent_ref"),
-                                                     (3, "responses_create_params.tools[0]")]
-    assert "my_private_agent" in problems[0].message and "iheval" in problems[1].message
+    loaded = load_task_file(path)
+    problems = loaded.problems
+    # iheval has no native environment: its row routes to NeMo Gym's own server instead of being refused
+    assert [(p.line, p.field) for p in problems] == [(1, "agent_ref"), (3, "responses_create_params.tools[0]")]
+    assert "my_private_agent" in problems[0].message
+    assert [t.env for t in loaded.tasks] == ["nemo_gym:iheval"]
 
 
 # ---- NeMo Gym config files route rows ---------------------------------------------------------------------

@@ -24,7 +24,7 @@ CLI = [sys.executable, "-m", "palaestra.cli.main"]
 
 
 def test_a_tb1_dataset_becomes_terminal_rows(tmp_path: Path) -> None:
-    result = import_terminal_bench(FIXTURES, tmp_path / "tasks")
+    result = import_terminal_bench(FIXTURES, tmp_path / "tasks", env="terminal")
     assert [t.id for t in result.tasks] == ["tb1-fix-add", "tb1-hello-file"] and not result.skipped
     fix, hello = result.tasks
     assert hello.input == 'Create a file called hello.txt in the current directory. Write "Hello, world!" to it.'
@@ -140,7 +140,7 @@ def _eval(rows: Path, model: str, out: Path) -> list[dict[str, object]]:
 def test_env_import_then_eval_run_end_to_end(tmp_path: Path) -> None:
     """`env import harbor` given TB1 tasks converts them; `eval run` scores the oracle 1 and null 0."""
     rows = tmp_path / "rows.jsonl"
-    proc = subprocess.run(CLI + ["env", "import", "harbor", str(FIXTURES), "--out", str(rows)],
+    proc = subprocess.run(CLI + ["env", "import", "harbor", str(FIXTURES), "--out", str(rows), "--env", "terminal"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "rows.jsonl.tasks" / "hello-file" / MARKER).is_file()

@@ -49,9 +49,20 @@ async def files_env() -> AsyncIterator[Any]:
     await mounted.stop()
 
 
+class CountingScripted(ScriptedBackend):
+    """The scripted model, counting the calls that reached it: what the proxy served, to compare with
+    the model calls the trajectory recorded."""
+
+    served = 0
+
+    async def chat(self, request: dict[str, Any], ctx: Any = None) -> dict[str, Any]:
+        self.served += 1
+        return await super().chat(request, ctx)
+
+
 async def run_cli(adapter: CLIAdapter, env: Any, replay: list[dict[str, Any]], task: Task = FILES_TASK,
-                  **agent_kw: Any) -> Rollout:
+                  backend: ScriptedBackend | None = None, **agent_kw: Any) -> Rollout:
     """One real rollout: the CLI, jailed, against the scripted ``replay`` policy behind a ModelProxy."""
-    proxy = ModelProxy(ScriptedBackend("replay", replay=replay))
+    proxy = ModelProxy(backend or ScriptedBackend("replay", replay=replay))
     agent = ExternalCLIAgent(adapter, **agent_kw)
     return await run_rollout(task, env=env, agent=agent, proxy=proxy, model_name="scripted", deadline_s=120)

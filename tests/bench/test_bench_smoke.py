@@ -33,7 +33,8 @@ WAIT_S = 540  # a bound against a hang only: on an idle 2-core machine the whole
 pytestmark = pytest.mark.timeout(WAIT_S + 60)
 
 # Knobs the scripts read from the environment: a caller's own values must not leak into the smoke sizes.
-KNOBS = ("N", "ENV", "COLLECT_N", "IN_FLIGHT", "ROLLOUTS", "LATENCY_MS", "CONCURRENCY", "WORKERS", "PLACEMENT")
+KNOBS = ("N", "ENV", "COLLECT_N", "IN_FLIGHT", "ROLLOUTS", "LATENCY_MS", "CONCURRENCY", "WORKERS", "PLACEMENT",
+         "FAILURE_RATE", "FLOOR_N", "ROUNDS")
 
 
 def _modules(*names: str) -> Callable[[], str | None]:
@@ -60,11 +61,13 @@ CASES: dict[str, Case] = {
     "fault_trials": Case("fault_trials.py", ["1", "--seed", "7"]),
     "fuzz_long": Case("fuzz_long.py", ["--tiny", "tests/fuzz/test_journal_lines.py"]),
     "load": Case("load.py", [], {"IN_FLIGHT": "4", "ROLLOUTS": "8", "LATENCY_MS": "20"}),
+    "load_failing": Case("load.py", [], {"IN_FLIGHT": "4", "ROLLOUTS": "8", "LATENCY_MS": "20", "FAILURE_RATE": "1"}),
     "local_model": Case("local_model.py", ["--tokens", "2", "--batches", "1", "--repeat", "1"],
                         capability="local-model",
                         missing=_modules("torch", "transformers", "gguf", "llguidance")),
     "overhead_core": Case("overhead.py", ["core", "--tiny"]),
     "overhead_http": Case("overhead.py", ["http", "--tiny"]),
+    "overhead_floor": Case("overhead.py", ["floor", "--tiny"]),
     "sandbox": Case("sandbox.py", ["local", "process"], {"N": "2"}),
     "scale": Case("scale.py", [], {"N": "8", "CONCURRENCY": "4", "LATENCY_MS": "10", "WORKERS": "1"},
                   capability="ray", missing=_modules("ray")),
@@ -114,13 +117,13 @@ def started(request: pytest.FixtureRequest) -> Iterator[dict[str, Started | str]
             run.stderr.close()
 
 
-def figures(started: dict[str, Started | str], name: str) -> list[dict[str, Any]]:
-    """The JSON lines the script printed, after checking that it exited 0."""
+def figures(started: dict[str, Started | str], name: str, exit_code: int = 0) -> list[dict[str, Any]]:
+    """The JSON lines the script printed, after checking that it exited ``exit_code``."""
     run = started[name]
     if isinstance(run, str):
         pytest.skip(run)
     code, out, err = run.result()
-    assert code == 0, f"bench/{CASES[name].script} exited {code}\nstdout: {out[-2000:]}\nstderr: {err[-3000:]}"
+    assert code == exit_code, f"bench/{CASES[name].script} exited {code}\nstdout: {out[-2000:]}\nstderr: {err[-3000:]}"
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert lines, f"bench/{CASES[name].script} printed no JSON line: {out[-2000:]}"
     return lines
@@ -143,9 +146,21 @@ def test_fuzz_long(started: dict[str, Started | str]) -> None:
 def test_load(started: dict[str, Started | str]) -> None:
     [fig] = figures(started, "load")
     assert (fig["bench"], fig["in_flight"], fig["rollouts"], fig["latency_ms"]) == ("load", 4, 8, 20)
+    assert fig["ok"] is True and "problems" not in fig  # nothing lost, failed or retried
+    assert fig["journal_records"] == fig["scored"] == 8 and fig["failed"] == fig["retries"] == 0
     assert fig["rollouts_per_s"] > 0 and fig["ideal_latency_bound_per_s"] == 200.0
-    assert fig["cpu_ms_per_rollout"] > 0 and fig["peak_rss_mb"] > 0
+    assert fig["bound_per_s"] == min(fig["ideal_latency_bound_per_s"], fig["cpu_bound_ceiling_per_s"])
+    assert fig["cpu_ms_per_rollout"] > 0 and fig["peak_rss_mb"] > 0 and fig["cores"] >= 1
     assert 0 <= fig["p50_scheduling_delay_ms"] <= fig["p99_scheduling_delay_ms"]
+
+
+def test_load_failing(started: dict[str, Started | str]) -> None:
+    """A load run whose rollouts fail (the scripted model fails every call) is reported as such and exits 1:
+    `eval run` exits non-zero, and the journal's failed records and retries are named."""
+    [fig] = figures(started, "load_failing", exit_code=1)
+    assert fig["ok"] is False and fig["scored"] == 0 and fig["failed"] == fig["journal_records"] > 8
+    assert fig["retries"] == fig["journal_records"] - 8
+    assert any(p.startswith("eval run exited") and not p.startswith("eval run exited 0") for p in fig["problems"])
 
 
 def test_local_model(started: dict[str, Started | str]) -> None:
@@ -171,6 +186,17 @@ def test_overhead_http(started: dict[str, Started | str]) -> None:
     assert fig["cpu_ms_per_rollout"] > 0 and fig["peak_rss_mb"] > 0
 
 
+def test_overhead_floor(started: dict[str, Started | str]) -> None:
+    [fig] = figures(started, "overhead_floor")
+    assert fig["bench"] == "floor" and fig["rollouts"] == 200 and fig["rounds"] == 1
+    assert fig["floor_cpu_ms_per_rollout"] == min(fig["floor_rounds_ms"]) > 0
+    for key, env in (("single_turn", "mcqa"), ("multi_turn", "workplace")):
+        case = fig[key]
+        assert case["env"] == env and case["mean_reward"] == 1.0  # the same oracle solves every row
+        assert case["x_floor"] == pytest.approx(case["cpu_ms_per_rollout"] / fig["floor_cpu_ms_per_rollout"], abs=0.02)
+    assert fig["single_turn"]["model_calls_per_rollout"] == 1.0 and fig["multi_turn"]["model_calls_per_rollout"] > 1
+
+
 def test_sandbox(started: dict[str, Started | str]) -> None:
     by_provider = {fig["provider"]: fig for fig in figures(started, "sandbox")}
     assert set(by_provider) == {"local", "process"}
@@ -178,8 +204,10 @@ def test_sandbox(started: dict[str, Started | str]) -> None:
     for name, fig in by_provider.items():
         if usable[name][0]:
             assert fig["runs"] == 2 and "skipped" not in fig
-            for key in ("exec_true", "exec_python", "create", "close"):
+            for key in ("exec_true", "exec_python"):
                 assert 0 < fig[key]["min_ms"] <= fig[key]["median_ms"]
+            cycle = fig["create_exec_close"]  # a whole sandbox's life: create + exec + close
+            assert 0 < cycle["p50_ms"] <= cycle["p99_ms"] and cycle["per_s"] > 0
         else:
             assert fig["skipped"]  # a provider this machine lacks is reported as such, not benchmarked
 

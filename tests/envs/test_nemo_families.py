@@ -55,7 +55,7 @@ FAMILIES = sorted(p.stem for p in ROWS.glob("*.jsonl"))
 
 
 def test_every_fixture_is_a_family_with_a_native_environment() -> None:
-    assert FAMILIES and all(nemo_gym_families.FAMILIES[f].env for f in FAMILIES)
+    assert FAMILIES and all(nemo_gym_families.FAMILIES[f].native for f in FAMILIES)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -96,11 +96,13 @@ def test_mapping_adds_native_fields_and_never_overwrites_the_rows_own() -> None:
     assert nemo_gym_rows.to_native("tool_call", {"unrelated": 1}) == {"unrelated": 1}
 
 
-def test_every_family_either_has_an_environment_or_says_why_not() -> None:
+def test_every_family_has_an_environment_native_or_nemo_gyms_own_server() -> None:
     assert len(nemo_gym_families.FAMILIES) >= 145
     for name, fam in nemo_gym_families.FAMILIES.items():
-        assert bool(fam.env) != bool(fam.reason), name
-        assert nemo_gym_families.refusal(name) == (None if fam.env else fam.reason)
+        assert fam.native != bool(fam.reason), name  # a family NeMo Gym's server grades says why
+        assert fam.native or fam.env == f"nemo_gym:{name}", name
+        assert nemo_gym_families.refusal(name) is None
+    assert nemo_gym_families.refusal("no_such_server") is not None
     assert nemo_gym_families.server_of_agent("gpqa_diamond_simple_agent") == "gpqa_diamond"
     assert nemo_gym_families.server_of_agent("no_such_agent") is None
 

@@ -6,6 +6,7 @@ This is the matrix that would have caught ``code`` under ``process`` scoring 0 o
 (Landlock denied ``/dev/null``): each provider's own tests passed, and no environment ran on it.
 A cell is skipped only where its provider's binary is not installed (docker: where no engine starts)."""
 
+
 from __future__ import annotations
 
 import asyncio
@@ -29,15 +30,20 @@ from palaestra.envs.terminal.env import Terminal
 from palaestra.rollout.conformance import CheckReport, check_env
 from palaestra.sandbox import SandboxProvider, available_providers, get_provider
 from palaestra.sandbox.apptainer import ApptainerProvider
-from palaestra.sandbox.docker import DockerProvider, PodmanProvider
+from palaestra.sandbox.docker import DockerProvider
+from palaestra.sandbox.gvisor import GvisorProvider
+from palaestra.sandbox.podman import PodmanProvider, podman_engine
 
 ENVS: dict[str, type[Environment]] = {"code": CodeEnv, "terminal": Terminal}
-PROVIDERS = ["local", "process", "none", "docker", "podman", "apptainer"]
-BINARIES = {"local": "bwrap", "docker": "docker", "podman": "podman", "apptainer": "apptainer"}
-IMAGE_VARS = {"podman": "PALAESTRA_TEST_PODMAN_IMAGE", "apptainer": "PALAESTRA_TEST_APPTAINER_IMAGE"}
+PROVIDERS = ["local", "process", "none", "docker", "podman", "gvisor", "apptainer"]
+BINARIES = {"local": "bwrap", "docker": "docker", "podman": "podman", "gvisor": "runsc", "apptainer": "apptainer"}
+CAPABILITY = {"runsc": "gvisor"}  # the capability a missing binary's skip names
+IMAGE_VARS = {"apptainer": "PALAESTRA_TEST_APPTAINER_IMAGE"}
 # Every cell checks every bundled task, except where that costs over a minute on a 2-core machine:
-# terminal under docker makes two containers and a dozen `docker exec`s per rollout (~90 s for all 24).
-CELL_LIMITS = {("terminal", "docker"): 8}
+# terminal under docker makes two containers and a dozen `docker exec`s per rollout (~90 s for all 24); podman
+# and gVisor cost the same per exec or more, so their cells check a sample too (CI time: issue 24's budget).
+CELL_LIMITS = {("terminal", "docker"): 8, ("terminal", "podman"): 3, ("terminal", "gvisor"): 3,
+               ("code", "podman"): 8, ("code", "gvisor"): 8}
 
 
 @pytest.fixture(scope="module")
@@ -50,25 +56,39 @@ def docker_engine() -> Iterator[Daemon]:
 def _provider(name: str, request: pytest.FixtureRequest) -> SandboxProvider:
     binary = BINARIES.get(name)
     if binary and not shutil.which(binary) and not (name == "apptainer" and shutil.which("singularity")):
-        pytest.skip(f"{name}: {binary} is not installed")
+        pytest.skip(f"{CAPABILITY.get(binary, name)}: {binary} is not installed")
     if name == "docker":
         daemon: Daemon = request.getfixturevalue("docker_engine")
         if not daemon.start():
             pytest.skip(f"docker: no engine can start here ({daemon.reason})")
         # an explicit default image: the bundled tasks name none, and nothing may be pulled
-        return DockerProvider(image=ensure_image(), pull="never")
+        return DockerProvider(image=_image(["docker"]), pull="never")
+    if name == "podman":
+        return PodmanProvider(image=_image(podman_engine()), pull="never")
+    if name == "gvisor":
+        ok, why = available_providers()[name]
+        assert ok, f"runsc is installed but the gvisor provider is not usable here: {why}"
+        return GvisorProvider()  # the local base image, unpacked once
     if name in IMAGE_VARS:
         image = os.environ.get(IMAGE_VARS[name])
         if not image:
             pytest.skip(f"{name}: set {IMAGE_VARS[name]} to an image with python3 and bash to test it")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            return PodmanProvider(image=image) if name == "podman" else ApptainerProvider(image=image)
+            return ApptainerProvider(image=image)
     ok, why = available_providers()[name]
     assert ok, f"{name} is installed but not usable here: {why}"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # process and none warn by design
         return get_provider(name)
+
+
+def _image(engine: list[str]) -> str:
+    """The test image in ``engine``: an engine that runs but cannot import it fails the cell."""
+    try:
+        return ensure_image(engine)
+    except Exception as exc:
+        pytest.fail(f"{engine[0]} runs but the test image could not be imported: {exc}")
 
 
 def _check(report: CheckReport, name: str) -> tuple[bool, str]:

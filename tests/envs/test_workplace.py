@@ -219,3 +219,22 @@ async def test_custom_initial_state_replaces_or_extends_the_default_company() ->
     finally:
         env.close(bluefin)
         env.close(extended)
+
+
+def test_seeded_database_is_a_faithful_independent_copy() -> None:
+    """Sessions are seeded from a copy of a database built once per fixture (store.build_copy): the copy
+    holds exactly what a fresh build holds, and what one session changes never reaches the next."""
+    from palaestra.envs.registry import load_env as _load
+    from palaestra.envs.workplace import store
+    from palaestra.envs.workplace.env import _check_key
+
+    task = _load("workplace").examples()[0]
+    fixture = store.resolve_fixture(task.metadata.get("initial_state"))
+    key = _check_key(task.metadata)
+    fresh = list(store.build(fixture).conn.iterdump())
+    first = store.build_copy(key, fixture)
+    assert list(first.conn.iterdump()) == fresh
+    first.conn.execute("DELETE FROM tickets")
+    first.conn.commit()
+    second = store.build_copy(key, fixture)
+    assert list(second.conn.iterdump()) == fresh and second.user == first.user and second.now == first.now

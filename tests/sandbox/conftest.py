@@ -1,5 +1,6 @@
 """Fixtures for the sandbox tests: every provider this machine can run (docker with a daemon the tests
-start themselves and an image imported from a locally built root filesystem), a loopback listener and
+start themselves, podman, both also with gVisor as their runtime, gVisor standalone; the engines get an
+image imported from the local base image), a loopback listener and
 a listener inside a network namespace the tests create (10.200.x.y, on this machine only), and a final
 check that no sandbox, container, uid process or cgroup of this test process is left."""
 
@@ -12,7 +13,6 @@ import socket
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,14 +20,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from sandbox_helpers import Listener, Netns, Target, own_leftovers
+from sandbox_helpers import PROVIDERS, Listener, Netns, Target, make_target, own_leftovers, provider_id
 from sandbox_rootfs import Daemon, ensure_image
 
 from palaestra.sandbox import available_providers, get_provider
-
-PROVIDERS = ["local", "process", "docker", "podman", "apptainer"]
-# podman and apptainer need an image with python3 that this machine cannot build: name one to test them.
-IMAGE_VARS = {"podman": "PALAESTRA_TEST_PODMAN_IMAGE", "apptainer": "PALAESTRA_TEST_APPTAINER_IMAGE"}
+from palaestra.sandbox.podman import podman_engine
 
 
 @pytest.fixture(scope="session")
@@ -42,33 +39,31 @@ def docker_daemon() -> Iterator[Daemon]:
 @pytest.fixture
 def docker_image(docker_daemon: Daemon) -> str:
     """The engine is checked before every docker test: on a shared machine another test run may have
-    stopped a daemon it had started; then ours starts one again."""
+    stopped a daemon it had started; then ours starts one again. An engine that runs but cannot import
+    the image is broken, which is a failure, not a missing capability."""
     if not docker_daemon.start():
         pytest.skip(f"docker: no engine can start here ({docker_daemon.reason})")
     try:
         return ensure_image()
     except Exception as exc:
-        pytest.skip(f"docker: test image could not be imported ({exc})")
+        pytest.fail(f"docker runs but the test image could not be imported: {exc}")
 
 
-@pytest.fixture(params=PROVIDERS)
+@pytest.fixture(scope="session")
+def podman_image() -> str:
+    if not shutil.which("podman"):
+        pytest.skip("podman: podman is not installed (.ci/setup-sandbox.sh installs it)")
+    ok, why = available_providers()["podman"]
+    assert ok, f"podman is installed but not usable here: {why}"
+    try:
+        return ensure_image(podman_engine())
+    except Exception as exc:
+        pytest.fail(f"podman runs but the test image could not be imported: {exc}")
+
+
+@pytest.fixture(params=PROVIDERS, ids=provider_id)
 def target(request: pytest.FixtureRequest) -> Target:
-    name = request.param
-    ok, why = available_providers()[name]
-    if name == "docker":
-        image = request.getfixturevalue("docker_image")
-        return Target(get_provider("docker"), "docker", image)
-    if not ok:
-        pytest.skip(f"{name}: {why}")
-    if name in IMAGE_VARS:
-        image = os.environ.get(IMAGE_VARS[name])
-        if not image:
-            pytest.skip(f"{name}: set {IMAGE_VARS[name]} to an image with python3 to test it")
-        return Target(get_provider(name), name, image)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # the process provider's warning has its own test
-        provider = get_provider(name)
-    return Target(provider, name)
+    return make_target(request.param, request)
 
 
 @pytest.fixture

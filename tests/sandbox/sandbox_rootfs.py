@@ -1,86 +1,30 @@
-"""A small root filesystem built from this machine's own files, turned into a container image with
-``docker import`` (nothing can be pulled here): busybox for the shell tools, bash and GNU find (agents
-and task tests write bash and ``find -delete``, which busybox lacks), the system Python with its
-libraries and standard library for the escape attempts. Cached by tag; building takes a few seconds once.
+"""The test image and the test dockerd.
 
-Also starts a Docker daemon for the tests when none runs (``--bridge=none --iptables=false``: this
-machine must not touch any network beyond loopback) and stops it again afterwards."""
+The image is the local base image (:mod:`palaestra.sandbox.baseimage`: busybox, bash, GNU find and the
+system Python from this machine's packages) under the tag the tests have always used, imported into docker
+or podman once and found by tag afterwards (nothing can be pulled here).
+
+The daemon is a dockerd started for the tests when none answers (``--bridge=none --iptables=false``: this
+machine must not touch any network beyond loopback), with gVisor's ``runsc`` registered as a runtime when it
+is installed (``--network=none``: gVisor refuses to start networking in the host's namespace), and stopped
+again afterwards."""
 
 from __future__ import annotations
 
 import contextlib
-import io
+import json
 import os
-import re
 import shutil
 import subprocess
-import tarfile
 import time
-from pathlib import Path
+from collections.abc import Sequence
+
+from palaestra.sandbox.baseimage import build_tar
+from palaestra.sandbox.baseimage import ensure_image as _ensure_image
 
 IMAGE = "palaestra-test-rootfs:4"
-_PY = "/usr/bin/python3"
-_GNU = ("/usr/bin/bash", "/usr/bin/find")  # over busybox's applets of the same name
-
-
-def _libs(binary: str) -> set[str]:
-    out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
-    found = set(re.findall(r"(/\S+\.so[\.\d]*)", out))
-    return {p for p in found if os.path.exists(p)}
-
-
-def build_tar() -> bytes:
-    """The root filesystem as an uncompressed tar, in memory (~40 MB)."""
-    real_py = os.path.realpath(_PY)
-    version = Path(real_py).name  # python3.11
-    stdlib = Path(f"/usr/lib/{version}")
-    buf = io.BytesIO()
-    skip = {"test", "__pycache__", "idlelib", "tkinter", "ensurepip", "lib2to3", "turtledemo", "pydoc_data",
-            "site-packages", "dist-packages"}
-
-    def filt(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        parts = set(Path(info.name).parts)
-        if parts & skip:
-            return None
-        info.uid = info.gid = 0
-        info.uname = info.gname = "root"
-        return info
-
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for d in ("bin", "tmp", "workspace", "etc", "proc", "dev", "sys", "usr/bin", "usr/lib"):
-            info = tarfile.TarInfo(d)
-            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
-            tar.addfile(info)
-        tar.add("/bin/busybox", "bin/busybox", filter=filt)
-        gnu = [tool for tool in _GNU if os.path.exists(tool)]
-        replaced = {os.path.basename(tool) for tool in gnu}
-        applets = subprocess.run(["/bin/busybox", "--list"], capture_output=True, text=True).stdout.split()
-        for name in applets:
-            if name == "busybox" or name in replaced:
-                continue
-            info = tarfile.TarInfo(f"bin/{name}")
-            info.type, info.linkname = tarfile.SYMTYPE, "busybox"
-            tar.addfile(info)
-        tar.add(real_py, f"usr/bin/{version}", filter=filt)
-        for alias in ("python3", "python"):
-            info = tarfile.TarInfo(f"usr/bin/{alias}")
-            info.type, info.linkname = tarfile.SYMTYPE, version
-            tar.addfile(info)
-        for tool in gnu:
-            tar.add(os.path.realpath(tool), tool.lstrip("/"), filter=filt)
-            info = tarfile.TarInfo(f"bin/{os.path.basename(tool)}")
-            info.type, info.linkname = tarfile.SYMTYPE, tool
-            tar.addfile(info)
-        for lib in sorted(_libs(real_py).union(*map(_libs, gnu))):
-            tar.add(os.path.realpath(lib), lib.lstrip("/"), filter=filt)
-        tar.add(str(stdlib), str(stdlib).lstrip("/"), filter=filt)
-        for name, text in (("etc/passwd", "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/sh\n"),
-                           ("etc/group", "root:x:0:\nnogroup:x:65534:\n")):
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+_CONFIG = "/tmp/palaestra-test-dockerd.json"
+__all__ = ["IMAGE", "Daemon", "build_tar", "docker_ok", "ensure_image"]
 
 
 def docker_ok() -> bool:
@@ -88,6 +32,12 @@ def docker_ok() -> bool:
         return False
     return subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
                           timeout=10).returncode == 0
+
+
+def docker_runtimes() -> str:
+    proc = subprocess.run(["docker", "info", "--format", "{{json .Runtimes}}"], capture_output=True, text=True,
+                          timeout=20)
+    return proc.stdout if proc.returncode == 0 else ""
 
 
 class Daemon:
@@ -109,9 +59,16 @@ class Daemon:
         if os.geteuid() != 0:
             self.reason = "dockerd needs root here"
             return False
+        runtimes = {}
+        runsc = shutil.which("runsc")
+        if runsc:
+            runtimes["runsc"] = {"path": runsc, "runtimeArgs": ["--network=none"]}
+        with open(_CONFIG, "w") as fh:
+            json.dump({"runtimes": runtimes}, fh)
         log = open("/tmp/palaestra-test-dockerd.log", "ab")
-        self.proc = subprocess.Popen([dockerd, "--bridge=none", "--iptables=false", "--ip6tables=false",
-                                      "--ip-masq=false", "--pidfile", "/tmp/palaestra-test-dockerd.pid"],
+        self.proc = subprocess.Popen([dockerd, "--config-file", _CONFIG, "--bridge=none", "--iptables=false",
+                                      "--ip6tables=false", "--ip-masq=false", "--pidfile",
+                                      "/tmp/palaestra-test-dockerd.pid"],
                                      stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -139,12 +96,7 @@ class Daemon:
         self.proc = None
 
 
-def ensure_image() -> str:
-    """Import the test image once; later runs find it by tag."""
-    have = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True)
-    if have.returncode == 0:
-        return IMAGE
-    proc = subprocess.run(["docker", "import", "-", IMAGE], input=build_tar(), capture_output=True, timeout=300)
-    if proc.returncode != 0:
-        raise RuntimeError(f"docker import failed: {proc.stderr.decode(errors='replace')[:500]}")
-    return IMAGE
+def ensure_image(engine: Sequence[str] = ("docker",)) -> str:
+    """Import the test image into ``engine`` once; later runs find it by tag. Raises when the import fails
+    (the callers turn that into a test failure: an engine that runs but cannot import is broken)."""
+    return _ensure_image(list(engine), IMAGE)[0]

@@ -4,24 +4,14 @@ A sandbox that denies ``/dev/null`` (Landlock once did, for the ``process`` prov
 grading run into a crash that looks like a wrong answer: Python's ``subprocess.DEVNULL``, a shell's
 ``2>/dev/null``, ``command -v bash >/dev/null`` all fail. So each provider on this machine runs one
 program that does what everyday programs do and the test reads back every line it printed.
-A provider is skipped only where its binary is not installed (docker: where no engine can start)."""
+A provider is skipped only where its tools are not installed (docker: where no engine can start)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import warnings
 
 import pytest
-from sandbox_helpers import Target
-
-from palaestra.sandbox import available_providers, get_provider
-
-PROVIDERS = ["local", "process", "none", "docker", "podman", "apptainer"]
-# podman and apptainer need an image with python3 and bash that this machine cannot build: name one.
-IMAGE_VARS = {"podman": "PALAESTRA_TEST_PODMAN_IMAGE", "apptainer": "PALAESTRA_TEST_APPTAINER_IMAGE"}
-BINARIES = {"local": "bwrap", "docker": "docker", "podman": "podman", "apptainer": "apptainer"}
+from sandbox_helpers import PROVIDERS, Target, make_target, provider_id
 
 PROGRAM = r'''
 import os, subprocess, sys, tempfile
@@ -74,25 +64,9 @@ EXPECTED = [
 ]
 
 
-@pytest.fixture(params=PROVIDERS)
+@pytest.fixture(params=[*PROVIDERS, "none"], ids=provider_id)
 def ordinary_target(request: pytest.FixtureRequest) -> Target:
-    name = request.param
-    binary = BINARIES.get(name)
-    if binary and not shutil.which(binary) and not (name == "apptainer" and shutil.which("singularity")):
-        pytest.skip(f"{name}: {binary} is not installed")
-    if name == "docker":
-        image = request.getfixturevalue("docker_image")  # starts the engine first
-        return Target(get_provider("docker"), "docker", image)
-    if name in IMAGE_VARS:
-        image = os.environ.get(IMAGE_VARS[name])
-        if not image:
-            pytest.skip(f"{name}: set {IMAGE_VARS[name]} to an image with python3 and bash to test it")
-        return Target(get_provider(name), name, image)
-    ok, why = available_providers()[name]
-    assert ok, f"{name} is installed but not usable: {why}"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # process/none warn by design; tested elsewhere
-        return Target(get_provider(name), name)
+    return make_target(request.param, request)
 
 
 def test_ordinary_program_runs(ordinary_target: Target) -> None:

@@ -1,14 +1,15 @@
-"""Harbor task directories as task rows of the ``terminal`` environment.
+"""Harbor task directories as task rows of the ``harbor`` environment (or of ``terminal``).
 
 A Harbor task is a directory (``instruction.md``, ``task.toml``, ``environment/``, ``tests/test.sh``,
-optionally ``solution/solve.sh``). The ``terminal`` environment already reads such a directory when a
-row's ``metadata.task_dir`` names it, so importing means: find the task directories, check that
-``terminal`` can load each one, and write one row per task carrying what ``task.toml`` says about the
-sandbox (image, memory, disk, timeouts) and its labels as tags.
+optionally ``solution/solve.sh``). The ``harbor`` environment (``adapters.harbor_env``) runs it as Harbor
+does: the image built from ``environment/Dockerfile``, the tests run in the agent's container. The
+``terminal`` environment reads the same directory and runs it on a local sandbox, approximately. So
+importing means: find the task directories, check that they load, and write one row per task carrying
+what ``task.toml`` says (memory, disk, cpus, timeouts) and its labels as tags.
 
 Nothing is executed and nothing is copied: rows point at the directories where they are. What cannot be
-carried over is reported as a warning per task (an image that Harbor would build from a Dockerfile, a
-network the task declares it needs), never silently dropped. Grading follows the contract of
+carried over is reported as a warning per task (for ``terminal`` rows the Dockerfile steps it does not
+run, a network the task declares it needs), never silently dropped. Grading follows the contract of
 ``palaestra.core.grading``: a test that writes Harbor's ``/logs/verifier/reward.txt`` (or ``reward.json``)
 must write it, and a missing ``pytest``, an unwritten or unreadable reward or a network error is
 ``failed(kind)``, never a 0.
@@ -30,6 +31,16 @@ from palaestra.core.records import Task
 _DOCKER_STEPS_KEPT = {"FROM", "WORKDIR", "COPY", "ADD", "ENV", "LABEL", "ARG", "USER", "CMD", "ENTRYPOINT"}
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?)?\s*$", re.IGNORECASE)
 _UNITS_MB = {"": 1.0, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
+
+
+# The ``harbor`` environment, by its importable spec: it lives with this adapter, not among the built-in
+# environments (it has no tasks of its own); rows name it so, and ``env="harbor"`` means it.
+HARBOR_ENV = "palaestra.adapters.harbor_env:HarborEnvironment"
+
+
+def env_spec(env: str) -> str:
+    """``harbor`` → the harbor environment's spec; any other environment name as given."""
+    return HARBOR_ENV if env == "harbor" else env
 
 
 @dataclass
@@ -104,10 +115,13 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "task"
 
 
-def harbor_task(path: Path, *, env: str = "terminal", id_prefix: str = "harbor-") -> tuple[Task, list[str]]:
-    """One Harbor task directory → one task row (for ``env``) and the warnings about it."""
+def harbor_task(path: Path, *, env: str = "harbor", id_prefix: str = "harbor-",
+                base_image: str | None = None) -> tuple[Task, list[str]]:
+    """One Harbor task directory → one task row (for ``env``) and the warnings about it. ``base_image``:
+    the local image the ``harbor`` environment builds on when the Dockerfile's ``FROM`` is not here."""
     from palaestra.envs.terminal.taskdir import load_task_dir
 
+    env = env_spec(env)
     path = path.resolve()
     taskdir = load_task_dir(path)  # raises InvalidTask naming the missing file
     meta, toml_note = _read_toml(path / "task.toml")
@@ -121,12 +135,14 @@ def harbor_task(path: Path, *, env: str = "terminal", id_prefix: str = "harbor-"
     image = environment.get("docker_image") or environment.get("image")
     if image:
         metadata["image"] = str(image)
-    elif dropped:
+    elif dropped and env != HARBOR_ENV:  # the harbor environment builds the image and so runs them
         warnings.append(f"environment/Dockerfile builds on {base or 'an unnamed image'} with steps the sandbox "
                         f"does not run ({'; '.join(dropped[:3])}{' ...' if len(dropped) > 3 else ''}): "
                         "set metadata.image to an image that has them")
     if workdir:
         metadata["workdir"] = workdir
+    if base_image:
+        metadata["base_image"] = base_image
     memory = _megabytes(environment.get("memory_mb", environment.get("memory")))
     disk = _megabytes(environment.get("storage_mb", environment.get("storage")))
     if memory:
@@ -162,7 +178,8 @@ def harbor_task(path: Path, *, env: str = "terminal", id_prefix: str = "harbor-"
     return task, [f"{task.id}: {w}" for w in warnings]
 
 
-def import_harbor(root: str | Path, *, env: str = "terminal", id_prefix: str = "harbor-") -> HarborImport:
+def import_harbor(root: str | Path, *, env: str = "harbor", id_prefix: str = "harbor-",
+                  base_image: str | None = None) -> HarborImport:
     """Every Harbor task under ``root`` as task rows; a broken task is skipped and named, not fatal."""
     base = Path(root)
     if not base.is_dir():
@@ -172,7 +189,7 @@ def import_harbor(root: str | Path, *, env: str = "terminal", id_prefix: str = "
     seen: dict[str, Path] = {}
     for path in find_task_dirs(base):
         try:
-            task, warnings = harbor_task(path, env=env, id_prefix=id_prefix)
+            task, warnings = harbor_task(path, env=env, id_prefix=id_prefix, base_image=base_image)
         except InvalidTask as exc:
             out.skipped.append(f"{path}: {exc}")
             continue

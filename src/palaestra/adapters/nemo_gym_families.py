@@ -1,10 +1,11 @@
 """NeMo Gym resources servers → Palaestra environments: the one family table, and the routing of a row to it.
 
 NeMo Gym names a row's grader by its resources server (``resources_servers/<name>``, reached through the
-row's ``agent_ref``). ``FAMILIES`` holds every resources server with published example rows, and either
-the native environment that grades it or the reason it is not (yet) graded natively. A family without an
-environment is refused at load with that reason, never run and scored as 0. How a row's verifier fields
-become that environment's fields is ``nemo_gym_rows.to_native``.
+row's ``agent_ref``). ``FAMILIES`` holds every resources server with published example rows, and the
+environment that grades it: a native Palaestra environment where one grades it equivalently, else NeMo
+Gym's own server run as it is (``nemo_gym:<server>``, ``adapters/nemo_gym_server.py``), with the reason
+it is not native. How a row's verifier fields become a native environment's fields is
+``nemo_gym_rows.to_native``; a ``nemo_gym:`` environment gets the row unchanged.
 
 Routing: a row's ``agent_ref`` names a NeMo Gym agent; that agent's config names a resources server,
 whose type is the family. A run given NeMo Gym's own config file resolves the agent through it exactly
@@ -24,12 +25,17 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Family:
-    """One NeMo Gym resources server: the Palaestra environment grading its rows, or why none does."""
+    """One NeMo Gym resources server and the Palaestra environment grading its rows."""
 
     server: str
-    env: str | None
-    reason: str = ""  # when env is None: why the family is refused at load
+    env: str
+    reason: str = ""  # when NeMo Gym's own server grades it: why no native environment does
     note: str = ""  # where the native grading knowingly differs from NeMo Gym's verifier
+
+    @property
+    def native(self) -> bool:
+        """Whether a Palaestra environment grades it (else NeMo Gym's own server, ``nemo_gym:<server>``)."""
+        return not self.env.startswith(NEMO_ENV_PREFIX)
 
 
 _JUDGE_NOTE = ("graded by Palaestra's judge environment against expected_answer with the configured judge "
@@ -72,7 +78,8 @@ _REASONS: dict[str, str] = {
     "grl_sokoban": "levels come from GRL's gym-sokoban generator for (level_id, seed), which Palaestra's "
                    "sokoban environment does not reproduce",
 }
-_DEFAULT_REASON = "no native Palaestra environment grades this resources server yet"
+_DEFAULT_REASON = "no native Palaestra environment grades this resources server: NeMo Gym's own server does"
+NEMO_ENV_PREFIX = "nemo_gym:"
 
 # Every resources server that ships data/example*.jsonl in NeMo Gym 0.7.0 (space-separated).
 _SERVER_NAMES = (
@@ -104,7 +111,7 @@ def _family(server: str) -> Family:
     if server in _NATIVE:
         env, note = _NATIVE[server]
         return Family(server, env, note=note)
-    return Family(server, None, reason=_REASONS.get(server, _DEFAULT_REASON))
+    return Family(server, NEMO_ENV_PREFIX + server, reason=_REASONS.get(server, _DEFAULT_REASON))
 
 
 FAMILIES: dict[str, Family] = {s: _family(s) for s in sorted({*_SERVERS, *_NATIVE})}
@@ -131,16 +138,14 @@ def server_of_agent(agent_name: str) -> str | None:
 
 
 def refusal(server: str) -> str | None:
-    """Why rows of ``server`` are refused at load, or None when a native environment grades them."""
-    fam = FAMILIES.get(server)
-    if fam is None:
-        return f"'{server}' is not a NeMo Gym resources server Palaestra knows"
-    return None if fam.env else fam.reason
+    """Why rows of ``server`` are refused at load: only a name NeMo Gym does not ship is (every family
+    it ships has an environment, native or NeMo Gym's own server)."""
+    return None if server in FAMILIES else f"'{server}' is not a NeMo Gym resources server Palaestra knows"
 
 
 def graded_families() -> list[str]:
     """The resources servers whose rows a native Palaestra environment grades (for error hints)."""
-    return sorted(s for s, fam in FAMILIES.items() if fam.env)
+    return sorted(s for s, fam in FAMILIES.items() if fam.native)
 
 
 # ---- routing (agent_ref, NeMo Gym config files) ------------------------------------------------------
@@ -161,8 +166,8 @@ def route_agent_ref(agent_ref: Any, routes: Mapping[str, str] | None = None) -> 
 
     The run's routes (from a NeMo Gym config file, or a run file's ``routes``) decide first: a route's
     target is a resources-server type (then its family's environment) or else an environment name.
-    Without one, the server is read from the agent's name. The environment is None for a family that no
-    native environment grades (``refusal`` says why)."""
+    Without one, the server is read from the agent's name. A family without a native environment routes
+    to NeMo Gym's own server (``nemo_gym:<server>``)."""
     name = agent_ref.get("name") if isinstance(agent_ref, dict) else agent_ref
     if not isinstance(name, str) or not name:
         return None, None

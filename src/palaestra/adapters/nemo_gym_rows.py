@@ -180,6 +180,9 @@ def to_native(env: str, metadata: dict[str, Any], server: str | None = None) -> 
 REQUEST_KEY = "nemo_gym_request"
 AGENT_REF_KEY = "nemo_gym_agent_ref"
 SAMPLING_KEY = "nemo_gym_sampling"
+# A row's own ``id`` / ``uuid`` / ``task_id`` as written (of their own types: NeMo Gym's servers verify them),
+# kept for rows that go to NeMo Gym's own server (``nemo_gym:<server>``), which gets the row back whole.
+ROW_IDS_KEY = "nemo_gym_row_ids"
 # How the input's reasoning items reach a chat model: on the assistant turn they belong to, under the
 # field vLLM and SGLang read back into the chat template (what NeMo Gym's own vLLM model server sends).
 REASONING_MODE: ReasoningMode = "reasoning_content"

@@ -12,16 +12,25 @@ to it:
 - ``verify``: ``POST /verify`` with the row and the rollout as a Responses ``response``; the reward is
   NeMo Gym's own.
 
-The server's ``data/example*.jsonl`` rows are the environment's bundled tasks. A server whose reference
-(what a perfect agent does) can be derived from its rows registers a function in ``REFERENCES``; the
-scripted oracle replays it. Servers that need packages the NeMo venv lacks fail at start with the
-import error, as an environment failure naming the server.
+A gymnasium-style server (NeMo Gym's ``GymnasiumServer``: no ``/seed_session``) resets an episode at
+``seed`` (``POST /reset``) and grades the rollout as one ``POST /step`` with it; the step's reward is the
+verdict's, its ``terminated`` / ``info`` in the verdict's metadata.
+
+A server whose verify calls a model (a judge or a policy named by its YAML's ``responses_api_models``
+references) gets them all resolved to one Palaestra model server on 127.0.0.1 speaking the Responses
+API: the run's ``judge_model`` (a base URL, or a model spec served here for as long as the environment
+lives), ``DEFAULT_JUDGE`` when the run names none. The verdict says which (``nemo_gym_model``).
+
+The server's ``data/example*.jsonl`` rows are the environment's bundled tasks. Where a row carries its
+answer, ``nemo_gym_references`` derives the reference the scripted oracle replays. Servers that need
+packages the NeMo venv lacks fail at start with the import error, as an environment failure naming the
+server and quoting what it logged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,39 +38,25 @@ from typing import Any, ClassVar
 import httpx
 import orjson
 
+from palaestra.adapters import nemo_gym_references as nemo_refs
 from palaestra.adapters import nemo_gym_rows as nemo_rows
-from palaestra.adapters.nemo_gym_launch import NemoServerProcess, server_dir
+from palaestra.adapters.nemo_gym_launch import NemoServerProcess, names_model_server, server_dir
 from palaestra.core.environment import Environment
 from palaestra.core.errors import BadArguments, ConfigError, EnvironmentFailure, ToolError, UnknownTool
-from palaestra.core.records import Reference, Task, ToolCall, Trajectory, Verdict
+from palaestra.core.records import Reference, Task, Trajectory, Verdict
 
 FAMILY = "nemo_gym"
 ROW_ID_KEY = "nemo_gym_row_id"  # a bundled row's own ``id`` (of its own type: some servers verify it)
-_PALAESTRA_KEYS = {nemo_rows.REQUEST_KEY, nemo_rows.AGENT_REF_KEY, nemo_rows.SAMPLING_KEY, ROW_ID_KEY}
+_PALAESTRA_KEYS = {nemo_rows.REQUEST_KEY, nemo_rows.AGENT_REF_KEY, nemo_rows.SAMPLING_KEY, ROW_ID_KEY,
+                   nemo_rows.ROW_IDS_KEY}
 
 
-def _session_state_reference(task: Task) -> Reference:
-    """``example_session_state_mgmt``: the counter starts at ``initial_count`` and must end at
-    ``expected_count``; one increment by the difference, then a read, reaches it."""
-    start, goal = int(task.metadata["initial_count"]), int(task.metadata["expected_count"])
-    return Reference(tool_calls=[ToolCall(name="increment_counter", arguments={"count": goal - start}),
-                                 ToolCall(name="get_counter_value", arguments={})],
-                     final_answer=str(goal))
-
-
-def _ground_truth_reference(task: Task) -> Reference:
-    """``workplace_assistant``: the row's ``ground_truth`` is the list of tool calls that solve it."""
-    calls = [ToolCall(name=str(c["name"]), arguments=orjson.loads(c["arguments"])
-                      if isinstance(c.get("arguments"), str) else c.get("arguments") or {})
-             for c in task.metadata.get("ground_truth") or []]
-    return Reference(tool_calls=calls, final_answer="Done.")
-
-
-# Server name → how its reference follows from a row (only where the row determines it exactly).
-REFERENCES: dict[str, Callable[[Task], Reference]] = {
-    "example_session_state_mgmt": _session_state_reference,
-    "workplace_assistant": _ground_truth_reference,
-}
+# Server name → how its reference follows from a row (kept for callers of the old name).
+REFERENCES = nemo_refs.CUSTOM
+# The model every model server a NeMo Gym config names (its judge, its policy) resolves to when the run
+# names none: a scripted model with a fixed reply, so verify runs through and its verdict says who judged.
+DEFAULT_JUDGE = "scripted:constant"
+_NO_JUDGE = frozenset({"keyword", "builtin:keyword", "builtin:reference-match"})  # the native judge's matcher
 
 
 def nemo_row(task: Task) -> dict[str, Any]:
@@ -69,6 +64,9 @@ def nemo_row(task: Task) -> dict[str, Any]:
     row = {k: v for k, v in task.metadata.items() if k not in _PALAESTRA_KEYS}
     # The row's own id, kept out of metadata by the row loader; a row loaded from a file gives its task id.
     row["id"] = task.metadata.get(ROW_ID_KEY, task.id)
+    ids = task.metadata.get(nemo_rows.ROW_IDS_KEY)
+    if isinstance(ids, dict):  # ``id`` / ``uuid`` / ``task_id`` as the row wrote them
+        row.update(ids)
     if task.metadata.get(nemo_rows.AGENT_REF_KEY) is not None:
         row["agent_ref"] = task.metadata[nemo_rows.AGENT_REF_KEY]
     request = task.metadata.get(nemo_rows.REQUEST_KEY)
@@ -115,6 +113,8 @@ class NemoSession:
     task: Task
     client: httpx.AsyncClient
     tools: frozenset[str]
+    gymnasium: bool = False  # a GymnasiumServer: /reset and /step instead of /seed_session and /verify
+    observation: str | None = None  # what its /reset answered
 
 
 class NemoGymServerEnvironment(Environment):
@@ -126,8 +126,33 @@ class NemoGymServerEnvironment(Environment):
     venv: ClassVar[Path | None] = None
     timeout_s: ClassVar[float] = 120.0
 
-    def __init__(self) -> None:
+    def __init__(self, judge: str | None = None, judge_model_name: str | None = None) -> None:
+        """``judge`` (the run's ``judge_model``) is what the server's model servers resolve to: a base URL
+        of a Responses API server (``http://127.0.0.1:PORT``), or a Palaestra model spec served on
+        127.0.0.1 for as long as this environment lives; ``DEFAULT_JUDGE`` when the run names none."""
         self._process = NemoServerProcess(self.server, self.venv)
+        self._judge_spec = DEFAULT_JUDGE if judge is None or judge in _NO_JUDGE else judge
+        self._judge_model_name = judge_model_name
+        self._judge_servers = contextlib.ExitStack()
+        self._needs_model = names_model_server(self.server, self.venv)
+
+    @property
+    def judge(self) -> str | None:
+        """Who answers the server's model calls (None: its config names no model server)."""
+        return self._judge_spec if self._needs_model else None
+
+    def _model_url(self) -> str:
+        """The base URL of the model server the NeMo server's config names, started on first use."""
+        spec = self._judge_spec
+        if spec.startswith(("http://", "https://")):
+            return spec.rstrip("/").removesuffix("/v1")
+        from palaestra.models.factory import make_backend
+        from palaestra.server.loopback import serve_app
+        from palaestra.server.model_app import create_model_app
+        from palaestra.server.model_proxy import ModelProxy
+
+        backend = make_backend(spec, model_name=self._judge_model_name)
+        return self._judge_servers.enter_context(serve_app(create_model_app(ModelProxy(backend))))
 
     # ---- tasks ---------------------------------------------------------------------------------
     def examples(self) -> list[Task]:
@@ -155,30 +180,39 @@ class NemoGymServerEnvironment(Environment):
         return list(task.tools or []) if task is not None else []
 
     def reference(self, task: Task) -> Reference | None:
-        derive = REFERENCES.get(self.server)
-        return derive(task) if derive is not None else None
+        return nemo_refs.reference(self.server, task)
 
     # ---- sessions ------------------------------------------------------------------------------
     async def seed(self, task: Task) -> NemoSession:
+        if self._needs_model and self._process.model_url is None:
+            self._process.model_url = self._model_url()
         base = await self._process.url()
         client = httpx.AsyncClient(base_url=base, timeout=self.timeout_s, trust_env=False)
         names = frozenset(str((t.get("function") or t).get("name")) for t in task.tools or [])
         session = NemoSession(task, client, names)
         try:
-            await self._post(session, "/seed_session", nemo_row(task))
+            seeded = await self._post(session, "/seed_session", nemo_row(task), missing_ok=True)
+            if seeded.status_code == 404:  # NeMo Gym's gymnasium-style servers reset an episode instead
+                session.gymnasium = True
+                reset = (await self._post(session, "/reset", nemo_row(task))).json()
+                session.observation = reset.get("observation") if isinstance(reset, dict) else None
         except BaseException:
             await client.aclose()
             raise
         return session
 
-    async def _post(self, session: NemoSession, path: str, body: Any) -> httpx.Response:
+    async def _post(self, session: NemoSession, path: str, body: Any, missing_ok: bool = False) -> httpx.Response:
         try:
             response = await session.client.post(path, json=body)
         except httpx.HTTPError as exc:
             raise EnvironmentFailure(f"NeMo Gym server '{self.server}' did not answer {path}: {exc!r}") from exc
-        if response.status_code >= 500 or (path in ("/seed_session", "/verify") and response.status_code >= 400):
+        if missing_ok and response.status_code == 404:
+            return response
+        if response.status_code >= 500 or (path in _EPISODE_PATHS and response.status_code >= 400):
+            logged = self._process.log_tail()
             raise EnvironmentFailure(f"NeMo Gym server '{self.server}' answered {path} with "
-                                     f"HTTP {response.status_code}: {response.text[:500]}")
+                                     f"HTTP {response.status_code}: {response.text[:500]}"
+                                     + (f"; the server logged: {logged}" if logged else ""))
         return response
 
     async def dynamic_tool(self, state: NemoSession, name: str, arguments: Any) -> Any:
@@ -200,18 +234,21 @@ class NemoGymServerEnvironment(Environment):
     async def verify(self, state: NemoSession, trajectory: Trajectory) -> Verdict:
         prompt_length = len(self.prompt(state.task))
         body = nemo_row(state.task) | {"response": response_body(state.task, trajectory, prompt_length)}
-        answer = (await self._post(state, "/verify", body)).json()
+        # A gymnasium server grades the rollout as one action of its episode: /step answers the reward.
+        answer = (await self._post(state, "/step" if state.gymnasium else "/verify", body)).json()
         reward = answer.get("reward") if isinstance(answer, dict) else None
         if not isinstance(reward, (int, float)) or isinstance(reward, bool):
             raise EnvironmentFailure(f"NeMo Gym server '{self.server}' answered /verify without a reward")
         extra = {k: v for k, v in answer.items() if k not in body and k != "reward"}
-        return Verdict(reward=float(reward), passed=float(reward) >= 1.0,
-                       metadata={"nemo_gym_server": self.server, **extra}, answer=trajectory.final_text() or None)
+        metadata = {"nemo_gym_server": self.server, "nemo_gym_model": self.judge, **extra}
+        return Verdict(reward=float(reward), passed=float(reward) >= 1.0, metadata=metadata,
+                       answer=trajectory.final_text() or None)
 
     async def close(self, state: NemoSession) -> None:
         await state.client.aclose()
 
 
+_EPISODE_PATHS = ("/seed_session", "/verify", "/reset", "/step")
 _CLASSES: dict[str, type[NemoGymServerEnvironment]] = {}
 
 

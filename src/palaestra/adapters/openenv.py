@@ -22,7 +22,8 @@ observation, ``step(action)`` returns the next observation with a ``reward`` and
 Two ways to reach the environment, chosen by what the subclass sets:
 
 - ``openenv_url`` (or the variable named by ``openenv_url_env``): a running OpenEnv server; each
-  session is an episode on its ``/ws`` WebSocket, through OpenEnv's own client;
+  session is an episode on its ``/ws`` WebSocket, through OpenEnv's own client (with the bearer token
+  of the variable named by ``openenv_token_env``, when the server asks for one);
 - ``openenv_env`` + ``openenv_action`` (``module:Class`` each): the OpenEnv ``Environment`` class in
   this process, one instance per session.
 
@@ -75,6 +76,7 @@ class OpenEnvEnvironment(Environment):
     mechanism = "multi-turn"
     openenv_url: ClassVar[str | None] = None
     openenv_url_env: ClassVar[str | None] = None
+    openenv_token_env: ClassVar[str | None] = None  # the variable holding a bearer token for the server
     openenv_env: ClassVar[str | None] = None
     openenv_action: ClassVar[str | None] = None
     step_tool: ClassVar[str] = "step"
@@ -97,6 +99,14 @@ class OpenEnvEnvironment(Environment):
 
         return (variable(self.openenv_url_env) if self.openenv_url_env else None) or self.openenv_url
 
+    def headers(self) -> dict[str, str]:
+        """What every request to the server carries: the bearer token of ``openenv_token_env``, when set
+        (a Palaestra environment served with ``env serve --openenv``, a private Space)."""
+        from palaestra.settings import variable
+
+        token = variable(self.openenv_token_env) if self.openenv_token_env else None
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
     def _local_classes(self) -> tuple[Any, Any]:
         if self._classes is None:
             if not (self.openenv_env and self.openenv_action):
@@ -112,7 +122,7 @@ class OpenEnvEnvironment(Environment):
     def _open_session(self) -> OpenEnvSession:
         url = self.url()
         if url:
-            return RemoteSession(url, self.timeout_s)
+            return RemoteSession(url, self.timeout_s, self.headers())
         env_cls, action_cls = self._local_classes()
         return LocalSession(env_cls, action_cls)
 
@@ -120,7 +130,7 @@ class OpenEnvEnvironment(Environment):
         """The tool's parameters: the Action schema, read once (from ``/schema`` or the Action class)."""
         if self._schema is None:
             url = self.url()
-            raw = fetch_schema(url) if url else self._local_classes()[1].model_json_schema()
+            raw = fetch_schema(url, headers=self.headers()) if url else self._local_classes()[1].model_json_schema()
             self._schema = clean_action_schema(raw)
         return self._schema
 
@@ -159,7 +169,7 @@ class OpenEnvEnvironment(Environment):
             url = self.url()
             if self.mcp_tools is not False:
                 if url:
-                    listed = list_remote_tools(url, self.timeout_s)
+                    listed = list_remote_tools(url, self.timeout_s, self.headers())
                 else:
                     env_cls, action_cls = self._local_classes()
                     if self.mcp_tools or is_mcp_environment(env_cls, action_cls):

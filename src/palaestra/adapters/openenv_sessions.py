@@ -74,14 +74,14 @@ def _outcome(payload: dict[str, Any]) -> StepOutcome:
 class RemoteSession:
     """One episode on a running OpenEnv server, through OpenEnv's own WebSocket client."""
 
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, headers: dict[str, str] | None = None) -> None:
         try:
             from openenv.core.generic_client import GenericEnvClient
         except ImportError as exc:
             raise ConfigError(f"OpenEnv is not installed ({exc})", hint=INSTALL_HINT) from None
         self.url = url
         self.client = GenericEnvClient(base_url=url, message_timeout_s=timeout_s,
-                                       connect_timeout_s=min(timeout_s, 10.0))
+                                       connect_timeout_s=min(timeout_s, 10.0), headers=headers or None)
 
     async def _call(self, what: str, coro: Any) -> StepOutcome:
         try:
@@ -179,15 +179,20 @@ def list_local_tools(env_cls: Any) -> list[dict[str, Any]]:
         return pool.submit(asyncio.run, listing()).result()
 
 
-def list_remote_tools(url: str, timeout_s: float = 10.0) -> list[dict[str, Any]] | None:
+def list_remote_tools(url: str, timeout_s: float = 10.0,
+                      headers: dict[str, str] | None = None) -> list[dict[str, Any]] | None:
     """The MCP tools of an OpenEnv server (JSON-RPC ``tools/list`` on ``POST /mcp``), or None when the
     environment there is no MCP environment (the server answers an error, or has no ``/mcp``)."""
     try:
-        response = httpx.post(f"{url.rstrip('/')}/mcp", timeout=timeout_s,
+        response = httpx.post(f"{url.rstrip('/')}/mcp", timeout=timeout_s, headers=headers,
                               json={"jsonrpc": "2.0", "method": "tools/list", "params": {}, "id": 1})
     except httpx.HTTPError as exc:
         raise EnvironmentFailure(f"cannot list the MCP tools of {url}: {exc}",
                                  hint="is an OpenEnv server running there?") from None
+    if response.status_code in (401, 403):  # not "no MCP here": the server refused us
+        raise EnvironmentFailure(f"{url}/mcp refused the request ({response.status_code})",
+                                 hint="the server asks for a bearer token: set the variable named by "
+                                      "openenv_token_env")
     if response.status_code in (404, 405):
         return None
     try:
@@ -226,10 +231,10 @@ class LocalSession:
         self.env.close()
 
 
-def fetch_schema(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
+def fetch_schema(url: str, timeout_s: float = 10.0, headers: dict[str, str] | None = None) -> dict[str, Any]:
     """The server's action schema (``GET /schema``), fetched once when the tools are first listed."""
     try:
-        response = httpx.get(f"{url.rstrip('/')}/schema", timeout=timeout_s)
+        response = httpx.get(f"{url.rstrip('/')}/schema", timeout=timeout_s, headers=headers)
         response.raise_for_status()
         action = response.json()["action"]
     except (httpx.HTTPError, KeyError, ValueError) as exc:

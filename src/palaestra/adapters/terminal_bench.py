@@ -1,4 +1,4 @@
-"""Terminal-Bench 1 task directories as Harbor task directories, and so as rows of ``terminal``.
+"""Terminal-Bench 1 task directories as Harbor task directories, and so as rows of ``harbor``.
 
 A Terminal-Bench 1 (TB1) task is a directory holding ``task.yaml`` (``instruction``, or the older
 ``descriptions`` list; ``author_email``, ``difficulty``, ``category``, ``tags``, ``max_agent_timeout_sec``,
@@ -6,7 +6,7 @@ A Terminal-Bench 1 (TB1) task is a directory holding ``task.yaml`` (``instructio
 ``docker-compose.yaml`` (the ``client`` service the agent works in), ``run-tests.sh`` (the grader: it runs
 pytest on ``$TEST_DIR/test_outputs.py``), ``tests/`` and ``solution.sh`` (or ``solution.yaml``, a list of
 terminal commands). Harbor, TB1's successor, carries the same things in its own layout, which the
-``terminal`` environment already runs; so importing converts each TB1 task into a Harbor task directory
+``harbor`` environment runs; so importing converts each TB1 task into a Harbor task directory
 (under ``tasks_dir``) and reads that with ``adapters.harbor``. One way to run both formats means a TB1
 task gets whatever Harbor tasks get (an image built from ``environment/Dockerfile`` where an engine is
 available, the local sandbox marked ``approximate`` where not).
@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from palaestra.adapters.harbor import _dockerfile, harbor_task
+from palaestra.adapters.harbor import HARBOR_ENV, _dockerfile, env_spec, harbor_task
 from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Task
 
@@ -167,13 +167,38 @@ def _solution(path: Path) -> tuple[str | None, str | None]:
     return "#!/bin/bash\n" + "\n".join(commands) + "\n", None
 
 
+def _pytest_closure() -> list[str]:
+    """pytest and every distribution it requires here (its requirements, whose markers apply, taken
+    recursively): the set differs between pytest versions (9 needs pygments), so it is read, not listed."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    seen: list[str] = []
+    todo = list(_PYTEST_DISTS)
+    while todo:
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        seen.append(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue  # reported by bundle_pytest
+        for text in requires:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name.lower().replace("_", "-"))
+    return seen
+
+
 def bundle_pytest(tests_dir: Path) -> bool:
     """Copy the importing Python's pytest and the distributions it needs (files and metadata, which
     pytest reads at start) under ``tests_dir``; False when one of them is not installed."""
     from importlib import metadata
 
     copies: list[tuple[Path, Path]] = []
-    for name in _PYTEST_DISTS:
+    for name in _pytest_closure():
         try:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
@@ -248,8 +273,9 @@ def convert_task(path: Path, dest: Path, *, with_pytest: bool = True,
     return meta, warnings
 
 
-def import_terminal_bench(root: str | Path, tasks_dir: str | Path, *, env: str = "terminal",
-                          id_prefix: str = "tb1-", with_pytest: bool = True) -> TB1Import:
+def import_terminal_bench(root: str | Path, tasks_dir: str | Path, *, env: str = "harbor",
+                          id_prefix: str = "tb1-", with_pytest: bool = True,
+                          base_image: str | None = None) -> TB1Import:
     """Every TB1 task under ``root``, converted into ``tasks_dir``, as task rows; a broken task is
     skipped and named, not fatal."""
     base = Path(root)
@@ -270,7 +296,7 @@ def import_terminal_bench(root: str | Path, tasks_dir: str | Path, *, env: str =
         seen.add(name)
         try:
             meta, notes = convert_task(path, converted / name, with_pytest=with_pytest, pytest_bundle=bundle)
-            task, harbor_notes = harbor_task(converted / name, env=env, id_prefix=id_prefix)
+            task, harbor_notes = harbor_task(converted / name, env=env, id_prefix=id_prefix, base_image=base_image)
         except InvalidTask as exc:
             out.skipped.append(f"{path}: {exc}")
             continue
@@ -278,7 +304,7 @@ def import_terminal_bench(root: str | Path, tasks_dir: str | Path, *, env: str =
         md["terminal_bench"] = {"source": str(path.resolve()), "parser": meta.get("parser_name") or "pytest",
                                 **{k: meta[k] for k in ("author_email", "run_tests_in_same_shell") if k in meta}}
         dropped = _dockerfile(converted / name)[2]
-        if dropped and "image" not in md:  # the sandbox will not run these build steps: say so in the verdict
+        if dropped and "image" not in md and env_spec(env) != HARBOR_ENV:  # no build step ran: say so
             md["approximate"] = {"reason": "dockerfile_steps_not_applied", "steps": dropped[:10]}
         tags = ["terminal-bench", *[t for t in task.tags if t != "harbor"]]
         out.tasks.append(task.model_copy(update={"metadata": md, "tags": tags}))

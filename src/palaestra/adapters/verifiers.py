@@ -16,7 +16,8 @@ Mirrored as verifiers runs them: the reference is the answer column (or, for ver
 integration whose column holds an index, that entry's answer) written in the parser's format; the rubric
 sees only the first ``max_turns`` model turns, the last one unanswered, as verifiers stops there; the
 verdict carries the rubric's weights. Supported: verifiers' classic API (0.1.x-0.3.x, where 0.3 keeps it
-as ``verifiers.legacy``); its v1 API (the whole of 0.4) is refused with a clear error. Not supported:
+as ``verifiers.legacy``); its v1 API (the whole of 0.4) is ``verifiers_v1.py``'s, and handing a v1
+environment to this class is refused with an error that names it. Not supported:
 environments whose ``env_response`` answers free text (games driven by the environment's
 replies), tools that need injected rollout state (``StatefulToolEnv``), group-level reward functions.
 """
@@ -35,7 +36,8 @@ from palaestra.core.errors import ConfigError, InvalidTask, ToolError, UnknownTo
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 
 INSTALL_HINT = "install verifiers: pip install 'palaestra[verifiers]'"
-V1_HINT = "verifiers' classic API is supported (0.1-0.3; pip install 'verifiers<0.4'); v1 (0.4) is not yet"
+V1_HINT = ("a v1 taskset (verifiers 0.4, or verifiers.v1 in 0.3) runs through "
+           "palaestra.adapters.verifiers_v1.VerifiersV1Environment (taskset = its id); this class is the classic API")
 # One built verifiers environment per adapter class: building can be costly (datasets are mapped) and
 # ``env check`` makes more than one instance of the class.
 _BUILT: dict[type, Any] = {}
@@ -97,7 +99,7 @@ class VerifiersEnvironment(Environment):
                 env = self.load_verifiers_env()
                 if any(c.__module__.startswith("verifiers.v1") for c in type(env).__mro__):
                     raise ConfigError(f"'{self.name}': {type(env).__name__} is a verifiers v1 environment, which "
-                                      "this adapter does not run yet", hint=V1_HINT)
+                                      "the classic adapter does not run", hint=V1_HINT)
                 if not hasattr(env, "rubric"):
                     raise ConfigError(f"'{self.name}': {type(env).__name__} is not a verifiers environment (no "
                                       "rubric)", hint="verifiers_env must name a vf.Environment or a function "
@@ -186,25 +188,7 @@ class VerifiersEnvironment(Environment):
 
     # ---- scoring -------------------------------------------------------------------------------
     def _completion(self, task: Task, trajectory: Trajectory) -> list[dict[str, Any]]:
-        """What the model said after the prompt, as chat messages, ending with its final answer."""
-        prompt_len = len(task.messages())
-        messages = [dict(m) for m in trajectory.messages]
-        start = prompt_len if len(messages) >= prompt_len and all(
-            m.get("role") in ("system", "user", "developer") for m in messages[:prompt_len]) else 0
-        while start < len(messages) and messages[start].get("role") in ("system", "user", "developer"):
-            start += 1
-        completion = [m for m in messages[start:] if m.get("role") in ("assistant", "tool", "user")]
-        max_turns = int(getattr(self.vf_env, "max_turns", -1) or -1)
-        turns = [i for i, m in enumerate(completion) if m.get("role") == "assistant"]
-        if max_turns > 0 and len(turns) >= max_turns:
-            # verifiers stops after the max_turns-th model turn, before the environment answers it: the
-            # rubric sees that turn last (its tool calls unanswered), never what an agent did afterwards.
-            return completion[:turns[max_turns - 1] + 1]
-        final = trajectory.final_text()
-        last = completion[-1] if completion else None
-        if final and not (last and last.get("role") == "assistant" and str(last.get("content") or "") == final):
-            completion.append({"role": "assistant", "content": final})
-        return completion
+        return completion_messages(task, trajectory, int(getattr(self.vf_env, "max_turns", -1) or -1))
 
     async def verify(self, state: VfSession, trajectory: Trajectory) -> Verdict:
         rubric = self.vf_env.rubric
@@ -232,6 +216,27 @@ class VerifiersEnvironment(Environment):
         return Verdict(reward=float(reward), passed=float(reward) >= threshold, components=components,
                        metadata={"weights": _weights(rubric)}, answer=trajectory.final_text() or None)
 
+
+def completion_messages(task: Task, trajectory: Trajectory, max_turns: int) -> list[dict[str, Any]]:
+    """What the model said after the prompt, as chat messages, ending with its final answer (shared by the
+    classic and the v1 adapter: both versions of verifiers stop a rollout the same way)."""
+    prompt_len = len(task.messages())
+    messages = [dict(m) for m in trajectory.messages]
+    start = prompt_len if len(messages) >= prompt_len and all(
+        m.get("role") in ("system", "user", "developer") for m in messages[:prompt_len]) else 0
+    while start < len(messages) and messages[start].get("role") in ("system", "user", "developer"):
+        start += 1
+    completion = [m for m in messages[start:] if m.get("role") in ("assistant", "tool", "user")]
+    turns = [i for i, m in enumerate(completion) if m.get("role") == "assistant"]
+    if max_turns > 0 and len(turns) >= max_turns:
+        # verifiers stops after the max_turns-th model turn, before the environment answers it: the
+        # rubric sees that turn last (its tool calls unanswered), never what an agent did afterwards.
+        return completion[:turns[max_turns - 1] + 1]
+    final = trajectory.final_text()
+    last = completion[-1] if completion else None
+    if final and not (last and last.get("role") == "assistant" and str(last.get("content") or "") == final):
+        completion.append({"role": "assistant", "content": final})
+    return completion
 
 def _formatted(parser: Any, answer: str) -> str:
     """The answer in the parser's format (an ``XMLParser`` wants ``<answer>...</answer>``), kept only when

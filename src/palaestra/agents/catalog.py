@@ -48,6 +48,13 @@ HARNESSES: dict[str, Harness] = {h.name: h for h in (
             usage="npm @anthropic-ai/claude-code (bash .ci/setup-agents.sh)"),
     Harness("mini-swe-agent", "external CLI", "mini-SWE-agent (mini), over Chat Completions through litellm.",
             binaries=("mini", "unshare"), network=JAILED, usage="PyPI mini-swe-agent (bash .ci/setup-agents.sh)"),
+    Harness("opencode", "external CLI", "OpenCode (opencode run), over Chat Completions (@ai-sdk/openai-compatible).",
+            binaries=("opencode", "unshare"), network=JAILED, usage="npm opencode-ai (bash .ci/setup-agents.sh)"),
+    Harness("kilocode", "external CLI", "KiloCode CLI (kilo run, an OpenCode fork), over Chat Completions.",
+            binaries=("kilo", "unshare"), network=JAILED, usage="npm @kilocode/cli (bash .ci/setup-agents.sh)"),
+    Harness("pi", "external CLI", "Pi coding agent (pi -p), over Chat Completions (openai-completions).",
+            binaries=("pi", "unshare"), network=JAILED,
+            usage="npm @mariozechner/pi-coding-agent (bash .ci/setup-agents.sh)"),
     Harness("langgraph", "framework", "A LangGraph graph (ReAct by default) over the rollout's model and tools.",
             python=("langgraph", "langchain_core"), extra="langgraph",
             usage="pip install 'palaestra[langgraph]'"),
@@ -85,6 +92,22 @@ def _missing(h: Harness) -> list[str]:
             for m in h.python if importlib.util.find_spec(m) is None]
 
 
+DIALECTS = {"chat": "Chat Completions", "responses": "Responses", "messages": "Anthropic Messages"}
+
+
+def _cli_facts(name: str) -> dict[str, Any]:
+    """An external CLI's model dialect, the version Palaestra pins and the one installed here."""
+    from palaestra.agents.external import ADAPTERS
+
+    adapter = ADAPTERS[name]()
+    try:
+        installed = adapter.installed_version()
+    except Exception:  # a broken install is reported as unknown, never a crash of `agent list`
+        installed = None
+    return {"dialect": DIALECTS.get(adapter.dialect, adapter.dialect), "version": adapter.version or None,
+            "installed_version": installed}
+
+
 def describe(name: str) -> dict[str, Any]:
     """One harness: what it is, what it needs, whether it is installed here (and what is missing)."""
     plugin = REGISTRY.get(name)
@@ -95,6 +118,7 @@ def describe(name: str) -> dict[str, Any]:
         out.update({"kind": "plugin", "summary": "", "needs": {}, "installed": plugin is not None, "missing": []})
         return out
     missing = _missing(known)
+    out.update(_cli_facts(name) if known.kind == "external CLI" else {})
     out.update({
         "kind": known.kind, "summary": known.summary,
         "needs": {"binaries": list(known.binaries), "python": list(known.python), "extra": known.extra,

@@ -24,6 +24,9 @@ BUILTIN_AGENTS: dict[str, str] = {
     "codex": "palaestra.agents.external:codex_agent",
     "claude-code": "palaestra.agents.external:claude_code_agent",
     "mini-swe-agent": "palaestra.agents.external:mini_swe_agent",
+    "opencode": "palaestra.agents.external:opencode_agent",
+    "kilocode": "palaestra.agents.external:kilocode_agent",
+    "pi": "palaestra.agents.external:pi_agent",
     "langgraph": "palaestra.agents.langgraph_agent:langgraph_agent",
     # remote:URL?token_file=PATH: a harness served by `palaestra agent serve` (agents/remote.py).
     "remote": "palaestra.agents.remote:RemoteAgent",

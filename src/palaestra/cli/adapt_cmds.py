@@ -42,8 +42,11 @@ def env_new(
 def import_harbor_cmd(
     directory: Path = typer.Argument(..., help="A Harbor task directory, or a folder of them."),
     out: Path | None = typer.Option(None, "--out", help="Write the rows to this JSONL file (default: stdout)."),
-    env: str = typer.Option("terminal", help="The environment the rows are for."),
+    env: str = typer.Option("harbor", help="The environment the rows are for (harbor: image built from the "
+                            "Dockerfile; terminal: the local sandbox, approximate)."),
     id_prefix: str = typer.Option("harbor-", help="Prefix of every task id."),
+    base_image: str | None = typer.Option(None, "--base-image", help="A local image to build on where a "
+                                          "Dockerfile's FROM image is not on this machine (recorded per verdict)."),
 ) -> None:
     """Read Harbor task directories (instruction.md, task.toml, environment/, tests/test.sh) into task rows;
     Terminal-Bench 1 task directories are converted first, as by `env import terminal-bench`."""
@@ -54,9 +57,10 @@ def import_harbor_cmd(
 
     try:
         if not find_task_dirs(directory) and find_tb1_dirs(directory):  # Terminal-Bench 1 tasks: convert them
-            _import_tb1(directory, out, None, env=env, id_prefix="tb1-" if id_prefix == "harbor-" else id_prefix)
+            _import_tb1(directory, out, None, env=env, id_prefix="tb1-" if id_prefix == "harbor-" else id_prefix,
+                        base_image=base_image)
             return
-        result = import_harbor(directory, env=env, id_prefix=id_prefix)
+        result = import_harbor(directory, env=env, id_prefix=id_prefix, base_image=base_image)
     except PalaestraError as exc:
         fail(exc.message, exc.hint)
         return
@@ -69,27 +73,31 @@ def import_terminal_bench_cmd(
     out: Path | None = typer.Option(None, "--out", help="Write the rows to this JSONL file (default: stdout)."),
     tasks_dir: Path | None = typer.Option(None, "--tasks-dir", help="Where the converted task directories go "
                                           "(default: OUT's name + '.tasks' beside it, or ./terminal-bench-tasks)."),
-    env: str = typer.Option("terminal", help="The environment the rows are for."),
+    env: str = typer.Option("harbor", help="The environment the rows are for (harbor: image built from the "
+                            "Dockerfile; terminal: the local sandbox, approximate)."),
     id_prefix: str = typer.Option("tb1-", help="Prefix of every task id."),
+    base_image: str | None = typer.Option(None, "--base-image", help="A local image to build on where a "
+                                          "Dockerfile's FROM image is not on this machine (recorded per verdict)."),
 ) -> None:
     """Convert Terminal-Bench 1 tasks (task.yaml, run-tests.sh, tests/, solution.sh) to Harbor task
     directories and write their task rows."""
     from palaestra.core.errors import PalaestraError
 
     try:
-        _import_tb1(directory, out, tasks_dir, env=env, id_prefix=id_prefix)
+        _import_tb1(directory, out, tasks_dir, env=env, id_prefix=id_prefix, base_image=base_image)
     except PalaestraError as exc:
         fail(exc.message, exc.hint)
 
 
-def _import_tb1(directory: Path, out: Path | None, tasks_dir: Path | None, *, env: str, id_prefix: str) -> None:
+def _import_tb1(directory: Path, out: Path | None, tasks_dir: Path | None, *, env: str, id_prefix: str,
+                base_image: str | None = None) -> None:
     """Shared by ``env import terminal-bench`` and ``env import harbor`` given TB1 tasks."""
 
     from palaestra.adapters.terminal_bench import import_terminal_bench
 
     if tasks_dir is None:
         tasks_dir = out.with_name(out.name + ".tasks") if out is not None else Path("terminal-bench-tasks")
-    result = import_terminal_bench(directory, tasks_dir, env=env, id_prefix=id_prefix)
+    result = import_terminal_bench(directory, tasks_dir, env=env, id_prefix=id_prefix, base_image=base_image)
     _emit_rows(result, out, f" (task directories in {result.tasks_dir})")
 
 

@@ -22,8 +22,9 @@ app = typer.Typer(no_args_is_help=True, help="Agents (harnesses): list, info, se
 
 @app.command("list")
 def list_agents(as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
-    """List the harnesses with what each needs (binaries, Python extras, network) and whether it is
-    installed on this machine."""
+    """List the harnesses with what each needs (binaries, Python extras, network), whether it is
+    installed on this machine, and for external CLIs their model dialect and version (pinned, and the
+    installed one where it differs)."""
     from palaestra.agents.catalog import describe_all
 
     rows = describe_all()
@@ -34,7 +35,7 @@ def list_agents(as_json: bool = typer.Option(False, "--json", help="Print JSON f
     from rich.table import Table
 
     table = Table(expand=True)
-    for col in ("name", "kind", "installed", "needs"):
+    for col in ("name", "kind", "installed", "version", "dialect", "needs"):
         table.add_column(col, no_wrap=col != "needs", overflow="fold")
     table.add_column("summary", overflow="ellipsis", no_wrap=True, ratio=1)
     for r in rows:
@@ -43,7 +44,11 @@ def list_agents(as_json: bool = typer.Option(False, "--json", help="Print JSON f
         if needs.get("network") and r["kind"] in ("external CLI", "agent server"):
             parts.append("netns" if r["kind"] == "external CLI" else "http")
         mark = "[green]yes[/]" if r["installed"] else "[red]no[/]"
-        table.add_row(r["name"], r["kind"], mark, ", ".join(parts) or "-", r.get("summary", ""))
+        version = r.get("installed_version") or r.get("version") or "-"
+        if r.get("installed_version") and r.get("version") and r["installed_version"] != r["version"]:
+            version = f"{r['installed_version']} (pinned {r['version']})"
+        table.add_row(r["name"], r["kind"], mark, version, r.get("dialect") or "-", ", ".join(parts) or "-",
+                      r.get("summary", ""))
     Console().print(table)
 
 

@@ -74,14 +74,34 @@ def serve(
     no_token: bool = no_token_option("run its tools"),
     token_file: str | None = token_file_option("env"),
     allowed_host: list[str] = allowed_host_option(),
+    openenv: bool = typer.Option(False, "--openenv", help="Serve it as an OpenEnv environment server (its /ws "
+                                 "protocol, for OpenEnv clients and TRL's OpenEnv integration; docs/openenv.md)."),
+    nemo_gym: bool = typer.Option(False, "--nemo-gym", help="Serve it behind NeMo Gym's resources-server API, for "
+                                  "NeMo Gym's own agents and `gym eval run` (loopback, no token; "
+                                  "docs/nemo_gym_servers.md)."),
+    nemo_gym_dir: str | None = typer.Option(None, "--nemo-gym-dir", help="With --nemo-gym: write the NeMo Gym "
+                                            "config, the tasks as NeMo Gym rows and the placeholder server here."),
 ) -> None:
     """Serve an environment over HTTP (DESIGN §1). It asks for a bearer token, generated and printed at
     start (and saved in a 0600 token file) unless --no-token."""
+    if openenv and nemo_gym:
+        fail("--openenv and --nemo-gym serve two different protocols", "choose one (or run two servers)")
+        return
+    if nemo_gym:
+        from palaestra.adapters.nemo_gym_face_config import serve as serve_nemo_face
+        from palaestra.core.errors import PalaestraError
+
+        try:
+            serve_nemo_face(spec, host=host, port=port, nemo_gym_dir=nemo_gym_dir, allowed_hosts=tuple(allowed_host))
+        except PalaestraError as exc:
+            fail(exc.message, exc.hint)
+        return
     from palaestra.server import env_main
 
     argv = [spec, "--host", host, "--port", str(port), "--token-env", token_env]
     argv += ["--no-token"] if no_token else []
     argv += ["--token-file", token_file] if token_file else []
+    argv += ["--openenv"] if openenv else []
     for name in allowed_host:
         argv += ["--allowed-host", name]
     env_main.main(argv)

@@ -21,6 +21,9 @@ def run(
     limit: int | None = typer.Option(None, help="Use only the first N tasks."),
     repeats: int | None = typer.Option(None, "--repeats", "-k", help="Rollouts per task."),
     concurrency: int | None = typer.Option(None, "--concurrency", "-c", help="Rollouts in flight."),
+    max_sessions: int | None = typer.Option(None, "--max-sessions", min=1,
+                                            help="Sessions each environment holds at once (default: at least "
+                                                 "--concurrency); a full store makes rollouts wait, not fail."),
     model: str | None = typer.Option(None, "--model", "-m", help="scripted:POLICY | local[:PATH] | base URL."),
     model_name: str | None = typer.Option(None, help="Model name for an OpenAI-compatible endpoint."),
     api_key_env: str | None = typer.Option(None, help="Variable holding the API key (OPENAI_API_KEY)."),

@@ -1,5 +1,6 @@
-"""``palaestra sandbox ...``: what isolation this machine gives, running one command in a sandbox,
-and removing what crashed runs left behind."""
+"""``palaestra sandbox ...``: what isolation this machine gives (``info``, and ``list``: every provider ours
+and NeMo Gym's, or why it cannot run here), the local base image (``image build``), running one command
+in a sandbox, and removing what crashed runs left behind."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import typer
 
 from palaestra.cli.common import guarded, run_async, settings_of
 
-app = typer.Typer(no_args_is_help=True, help="Sandboxes: info, run, cleanup.")
+app = typer.Typer(no_args_is_help=True, help="Sandboxes: info, list, image build, run, cleanup.")
 
 
 @app.command("info")
@@ -39,12 +40,77 @@ def info(as_json: bool = typer.Option(False, "--json", help="Print JSON for scri
                 typer.echo(f"      {key}: {value}")
 
 
+@app.command("list")
+def list_providers(as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts.")) -> None:
+    """Every sandbox provider, ours and those NeMo Gym lists: usable here, or why not."""
+    from palaestra.sandbox.catalogue import catalogue
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows = catalogue()
+    if as_json:
+        typer.echo(json.dumps([r.as_dict() for r in rows], indent=2))
+        return
+    width = max(len(r.name) for r in rows)
+    for r in rows:
+        where = "palaestra" + (", nemo-gym" if r.nemo_gym else "") if r.palaestra else "nemo-gym" if r.nemo_gym else "-"
+        mark = "ok         " if r.available else "unavailable"
+        typer.echo(f"{r.name:<{width}}  {mark}  [{where}] {r.reason}")
+        if r.enable and not r.available:
+            typer.echo(f"{'':<{width}}  {'':<11}  to enable: {r.enable}")
+
+
+image_app = typer.Typer(no_args_is_help=True, help="The local base image (no registry needed).")
+app.add_typer(image_app, name="image")
+
+
+@image_app.command("build")
+def image_build(
+    engine: list[str] = typer.Option([], "--engine", "-e",
+                                     help="docker, podman or gvisor (default: every one usable here)."),
+    tag: str = typer.Option("", help="Image tag (default: the base image's)."),
+) -> None:
+    """Build the local base image (busybox, bash, python3 from this machine's packages) into docker and
+    podman, and unpack it for gvisor; a target that has it already is left as it is."""
+    import time
+
+    from palaestra.sandbox.baseimage import BASE_IMAGE, ensure_image, ensure_rootfs
+    from palaestra.sandbox.providers import available_providers, get_provider
+
+    usable = available_providers()
+    targets = engine or [n for n in ("docker", "podman", "gvisor") if usable[n][0]]
+    if not targets:
+        typer.echo("no docker, podman or gvisor provider is usable here (see `palaestra sandbox list`)")
+        raise typer.Exit(1)
+    for name in targets:
+        if name not in ("docker", "podman", "gvisor"):
+            guarded(lambda n=name: _unknown_engine(n))
+        t = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            provider = guarded(lambda n=name: get_provider(n))
+        if name == "gvisor":
+            where, built = guarded(lambda p=provider: ensure_rootfs(p.base_rootfs))
+            what = str(where)
+        else:
+            what, built = guarded(lambda p=provider: ensure_image(p.engine, tag or BASE_IMAGE))
+        state = f"built in {time.perf_counter() - t:.1f} s" if built else "already there"
+        typer.echo(f"{name}: {what} {state}")
+
+
+def _unknown_engine(name: str) -> None:
+    from palaestra.sandbox.types import SandboxError
+
+    raise SandboxError(f"cannot build the base image for '{name}'", hint="use docker, podman or gvisor")
+
+
 @app.command("run")
 def run(
     ctx: typer.Context,
     command: list[str] = typer.Argument(..., help="The command and its arguments (no shell)."),
-    provider: str = typer.Option("", "--sandbox", "-s", help="local, process, docker, podman, apptainer or none."),
-    image: str = typer.Option("", help="Container image (docker, podman, apptainer)."),
+    provider: str = typer.Option("", "--sandbox", "-s", help="local, process, docker, podman, gvisor, apptainer, "
+                                 "none; docker?runtime=runsc runs docker under gVisor."),
+    image: str = typer.Option("", help="Container image (docker, podman, apptainer) or rootfs directory (gvisor)."),
     timeout: float = typer.Option(30.0, help="Seconds before the command's whole process tree is killed."),
     network: str = typer.Option("none", help="none (default) or host."),
 ) -> None:

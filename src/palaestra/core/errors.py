@@ -78,8 +78,12 @@ class ModelError(InfraError):
 
 
 class EnvironmentFailure(InfraError):
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    """``cause``: the environment's own error kind behind the failure. ``session_limit`` (every session is
+    taken) is back-pressure, which the rollout runner waits out instead of failing the rollout."""
+
+    def __init__(self, message: str, *, hint: str | None = None, cause: str = "environment") -> None:
         super().__init__("environment", message, hint=hint)
+        self.cause = cause
 
 
 class VerifierError(InfraError):

@@ -48,10 +48,11 @@ class MountedEnv:
 
 
 async def mount_env(spec: str | Environment, placement: str = "inprocess",
-                    options: dict[str, Any] | None = None) -> MountedEnv:
+                    options: dict[str, Any] | None = None, *, max_sessions: int | None = None) -> MountedEnv:
     """Mount an environment in the given placement and return a client for it. ``options``: the run's
     environment options (``rollout.config.env_options``: sandbox, scoring, judge, run id); the
-    environment's constructor takes those it names, in this process or in the server process."""
+    environment's constructor takes those it names, in this process or in the server process.
+    ``max_sessions``: the session store's cap (None: the environment's own, ``Environment.max_sessions``)."""
     t0 = time.perf_counter()
     if placement == "ray":  # valid, but only where there is a cluster to place the servers on
         raise ConfigError("--placement ray runs environment servers as Ray actors, so it needs a cluster",
@@ -66,13 +67,13 @@ async def mount_env(spec: str | Environment, placement: str = "inprocess",
         if env is not None:
             raise ConfigError("a local-process placement needs an importable spec, not an instance")
         cls = load_env_class(spec_str)
-        supervised = SupervisedTransport(spec_for(spec_str), cls.name, options=options)
+        supervised = SupervisedTransport(spec_for(spec_str), cls.name, options=options, max_sessions=max_sessions)
         await supervised.start()
         return MountedEnv(cls.name, spec_str, placement, EnvClient(supervised, name=cls.name), cls, None,
                           supervised.base_url,
                           time.perf_counter() - t0, supervisor=supervised)
     env = env or load_env(spec_str, options)
-    host = EnvironmentHost(env)
+    host = EnvironmentHost(env, max_sessions=max_sessions)
     if placement == "direct":
         client = EnvClient(HostTransport(host), name=env.name)
     else:

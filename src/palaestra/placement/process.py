@@ -43,15 +43,18 @@ def _terminate(proc: subprocess.Popen[bytes], grace_s: float = 3.0) -> None:
 
 async def start_env_process(spec: str, *, ready_timeout_s: float = 30.0, env_vars: dict[str, str] | None = None,
                             token: str | None = None, options: dict[str, Any] | None = None,
-                            ) -> tuple[subprocess.Popen[bytes], int]:
+                            max_sessions: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
     """Start ``python -m palaestra.server.env_main SPEC`` on 127.0.0.1 and wait for its ready line.
 
     ``token`` (the supervisor's own) goes to the server on its stdin, never in argv or its environment;
     without one the server generates its own, so a caller that passes none cannot call it.
     Its stderr goes to a temporary log file (a pipe nobody reads would block a chatty server); the log is
     shown if the server fails to start. ``options`` (the environment's constructor arguments, JSON) go
-    on the next stdin line, so a judge URL with credentials is never in argv."""
+    on the next stdin line, so a judge URL with credentials is never in argv. ``max_sessions``: the
+    server's session cap (None: the environment's own)."""
     cmd = [sys.executable, "-m", "palaestra.server.env_main", spec, "--watch-stdin"]
+    if max_sessions is not None:
+        cmd += ["--max-sessions", str(max_sessions)]
     if token is not None:
         cmd.append("--token-stdin")
     if options:
@@ -101,9 +104,10 @@ class SupervisedTransport:
     (on the child's stdin at start, then as the bearer token of every call)."""
 
     def __init__(self, spec: str, name: str, *, max_restarts: int = 20,
-                 options: dict[str, Any] | None = None) -> None:
+                 options: dict[str, Any] | None = None, max_sessions: int | None = None) -> None:
         self.spec = spec
         self.options = options
+        self.max_sessions = max_sessions
         self.token = new_token()
         self.name = name
         self.max_restarts = max_restarts
@@ -114,7 +118,8 @@ class SupervisedTransport:
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        proc, port = await start_env_process(self.spec, token=self.token, options=self.options)
+        proc, port = await start_env_process(self.spec, token=self.token, options=self.options,
+                                             max_sessions=self.max_sessions)
         self.process = proc
         self.where = self.base_url = f"http://127.0.0.1:{port}"
         self._http = HttpTransport(self.base_url, token=self.token)

@@ -14,9 +14,11 @@ from palaestra.agents.base import Agent
 from palaestra.agents.registry import make_agent
 from palaestra.agents.remote import RunLinks, is_remote, link_remote_agents, placement_for
 from palaestra.client.env_client import EnvClient
+from palaestra.core.environment import Environment
 from palaestra.core.errors import ConfigError
 from palaestra.core.records import Rollout, Task
 from palaestra.core.secrets import redact_url
+from palaestra.envs.registry import load_env_class
 from palaestra.placement import MountedEnv, mount_env
 from palaestra.rollout import rundir
 from palaestra.rollout.cascade import run_cascade
@@ -44,6 +46,9 @@ class Collector:
         self.tasks = tasks
         self.on_rollout = on_rollout
         self.envs: dict[str, MountedEnv] = {}
+        # An environment whose session cap is below the run's concurrency: rollouts queue here for a free
+        # session (back-pressure) instead of opening one the store would refuse.
+        self.gates: dict[str, asyncio.Semaphore] = {}
         self.models = ModelPool(cfg)
         self.agents: dict[str, Agent] = {}
         self.links: RunLinks | None = None
@@ -55,8 +60,11 @@ class Collector:
         # A remote agent (agent: remote:URL) calls its environment over HTTP: that one runs as a local server.
         remote_envs = {t.env for t in self.tasks if is_remote(t.agent or self.cfg.agent)}
         for name in sorted({t.env for t in self.tasks}):
+            cap = session_cap(self.cfg, load_env_class(name))
             self.envs[name] = await mount_env(name, placement_for(self.cfg.placement, name in remote_envs),
-                                              env_options(self.cfg))
+                                              env_options(self.cfg), max_sessions=cap)
+            if cap < self.cfg.concurrency:
+                self.gates[name] = asyncio.Semaphore(cap)
         self.models.prepare({self.model_spec(t) for t in self.tasks})
         for name in sorted({t.agent or self.cfg.agent for t in self.tasks}):
             self.agents[name] = make_agent(name, max_steps=self.cfg.max_steps)
@@ -87,14 +95,21 @@ class Collector:
         env: EnvClient = self.envs[task.env].client
         agent = self.agents[task.agent or self.cfg.agent]
         route = self.models.route(spec)
+        gate = self.gates.get(task.env)
 
-        async def attempt(n: int) -> Rollout:
+        async def run(n: int) -> Rollout:
             kw: dict[str, Any] = {"env": env, "agent": agent, "repeat": repeat, "attempt": n,
                                   "deadline_s": self.cfg.deadline_s, "sampling": self._sampling(repeat)}
             if route is not None and route.strategy == "cascade":
                 return await run_cascade(task, route, spec, self.models, **kw)
             return await run_rollout(task, proxy=self.models.proxy(spec), model_name=redact_url(spec),
                                      with_reference=needs_reference(self.models.resolve(spec)), **kw)
+
+        async def attempt(n: int) -> Rollout:
+            if gate is None:
+                return await run(n)
+            async with gate:  # waited for outside the rollout's deadline: queueing is not the rollout's time
+                return await run(n)
 
         await attempts_until_scored(attempt, first_attempt, self.cfg.max_attempts, journal, self.on_rollout,
                                     task=task)
@@ -123,6 +138,17 @@ async def attempts_until_scored(attempt: Callable[[int], Awaitable[Rollout]], fi
         if done:
             return
         await asyncio.sleep(min(0.05 * 2 ** (n - first_attempt), 2.0))
+
+
+def session_cap(cfg: RunConfig, env_class: type[Environment]) -> int:
+    """How many sessions one environment of this run holds at once. A flag or run-file field
+    (``max_sessions``) decides; otherwise the environment's own cap, except that the generic default of
+    ``Environment`` (10,000, not a limit the environment chose) is raised to the run's concurrency, so
+    65,000 rollouts in flight do not meet a store that refuses all but 10,000 of them."""
+    if cfg.max_sessions is not None:
+        return cfg.max_sessions
+    own = env_class.max_sessions
+    return max(own, cfg.concurrency) if own == Environment.max_sessions else own
 
 
 def is_deterministic(rollout: Rollout) -> bool:

@@ -36,6 +36,9 @@ class RunConfig(BaseModel):
     limit: int | None = Field(None, ge=1, description="Use only the first N tasks.")
     repeats: int = Field(1, ge=1, description="Rollouts per task (K for pass@k).")
     concurrency: int = Field(64, ge=1, description="Rollouts in flight at once.")
+    max_sessions: int | None = Field(None, ge=1, description="Sessions each environment holds at once (default: "
+                                     "the environment's own cap, raised to --concurrency where that is the "
+                                     "generic 10,000); a rollout that finds every session taken waits for one.")
     model: str = Field("local", description="local[:PATH] (the embedded CPU model, default) | scripted:POLICY | "
                                             "an OpenAI-compatible base URL.")
     model_name: str | None = Field(None, description="Model name sent to an OpenAI-compatible endpoint.")

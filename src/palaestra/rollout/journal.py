@@ -49,7 +49,10 @@ def encode_record(record: Mapping[str, Any] | BaseModel) -> bytes:
     if not isinstance(obj, Mapping):
         raise TypeError(f"journal records must be dicts or pydantic models, got {type(record).__name__}")
     try:
-        return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
+        # A right-sized copy: orjson's bytes keep its whole output buffer (8 KB for a 1.8 KB record), and
+        # a line waits in the group-commit queue until its batch is fsynced; with tens of thousands of
+        # rollouts finishing together that buffer slack was the largest holder of memory in flight.
+        return memoryview(orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)).tobytes()
     except TypeError as exc:  # orjson.JSONEncodeError subclasses TypeError
         if "surrogates" in str(exc):  # text no UTF-8 can hold (a lone surrogate): replaced, so nothing is lost
             fixed = json.loads(json.dumps(obj, ensure_ascii=False).encode("utf-8", "replace"))
@@ -213,6 +216,7 @@ class Journal:
             raise JournalError(f"journal {self.path} is not open", path=self.path,
                                hint="call `await journal.open()` (or use `async with Journal(path)`) first")
         line, fut = encode_record(record), asyncio.get_running_loop().create_future()
+        del record  # the caller's record (often a temporary dict) need not live until the fsync
         self._pending.append((line, fut))
         self._wake.set()
         await fut

@@ -14,9 +14,10 @@ from palaestra.adapters import nemo_gym_rows as nemo_rows
 from palaestra.agents.base import Agent, BackendChat, ToolSurface
 from palaestra.client.env_client import EnvClient
 from palaestra.core import ids
-from palaestra.core.errors import InfraError, PalaestraError
+from palaestra.core.errors import EnvironmentFailure, InfraError, PalaestraError
 from palaestra.core.records import ModelCallRecord, Outcome, Rollout, Task, Trajectory, Usage, Verdict
 from palaestra.models.base import CallContext
+from palaestra.wire.env import SessionHandle
 
 
 class Proxy(Protocol):
@@ -40,6 +41,23 @@ async def within(aw: Awaitable[T], seconds: float) -> T:
 
 def new_rollout_id() -> str:
     return ids.rollout_id()
+
+
+async def open_session(env: EnvClient, task: Task, *, first_wait_s: float = 0.01, max_wait_s: float = 0.5
+                       ) -> SessionHandle:
+    """Open a session, waiting while the environment has none free (``session_limit``): a full store is
+    back-pressure, never a failed rollout. The collector's gate keeps its own rollouts within a cap it
+    knows; this covers a store it shares (a server other clients use, Ray replicas), polled with a
+    capped exponential backoff. The rollout's deadline bounds the wait."""
+    wait = first_wait_s
+    while True:
+        try:
+            return await env.open(task)
+        except EnvironmentFailure as exc:
+            if exc.cause != "session_limit":
+                raise
+        await asyncio.sleep(wait)
+        wait = min(2 * wait, max_wait_s)
 
 
 async def run_rollout(
@@ -71,7 +89,7 @@ async def run_rollout(
         t0 = time.perf_counter()
         ref = await env.reference(task) if with_reference else None
         proxy.register(rid, CallContext(rollout_id=rid, task=task, reference=ref))
-        session = await env.open(task)
+        session = await open_session(env, task)
         session_id = session.session_id
         timings["seed_s"] = time.perf_counter() - t0
 

@@ -127,6 +127,8 @@ def from_nemo_gym(row: dict[str, Any], default_id: str, default_env: str,
     metadata[nemo_rows.REQUEST_KEY] = params
     server, routed = nemo_families.route_agent_ref(agent_ref, routes)
     env = routed or default_env
+    if env and env.startswith("nemo_gym:"):  # its server reads the row's own identifiers back
+        metadata[nemo_rows.ROW_IDS_KEY] = {k: row[k] for k in ("id", "uuid", "task_id") if k in row}
     if not env and server is not None and (why := nemo_families.refusal(server)):
         raise ValueError(f"agent_ref: resources server '{server}' is not graded natively: {why}")
     out: dict[str, Any] = {

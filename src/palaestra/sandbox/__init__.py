@@ -6,7 +6,7 @@
     async with await provider.create(SandboxSpec(files={"main.py": "print(1)"})) as box:
         result = await box.exec(["python3", "main.py"], timeout=10)
 
-Providers: ``local`` (bubblewrap), ``process`` (rlimits + Landlock + seccomp), ``docker`` / ``podman``,
+Providers: ``local`` (bubblewrap), ``process`` (rlimits + Landlock + seccomp), ``docker`` / ``podman``, ``gvisor``,
 ``apptainer``, and ``none`` (no isolation, explicit opt-in). See README.md beside this file.
 """
 

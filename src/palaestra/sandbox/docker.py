@@ -1,4 +1,4 @@
-"""``docker`` (and ``podman``, the same CLI): one container per sandbox, driven through the CLI by
+"""``docker`` (and ``podman``, the same CLI, in ``podman.py``): one container per sandbox, driven through the CLI by
 container name, so a crash between ``run`` and the record update still leaves a name the reaper knows.
 
 Containers run with ``--network none``, no capabilities, ``no-new-privileges``, a read-only root with
@@ -11,6 +11,11 @@ Files move through ``exec`` (``cat``/``tar``), so the image needs ``sh``, ``cat`
 Nothing is pulled by default (pull policy ``never``): a grading run must not reach the internet, and an
 image that is not on the machine is a failure that names it and the command that builds it. ``missing``
 or ``always`` (the ``pull`` argument, or ``$PALAESTRA_DOCKER_PULL``) let the engine pull.
+
+``runtime`` (the provider option ``docker?runtime=runsc``) picks the OCI runtime: ``runsc`` puts each
+container in a gVisor sandbox (a user-space kernel between the code and the host's), which the daemon must
+know, with ``--network=none`` (a ``runtimes`` entry in daemon.json: gVisor will not start networking in
+the host's namespace, which is what ``--network none`` leaves it); a daemon without it is refused at creation.
 """
 
 from __future__ import annotations
@@ -19,16 +24,21 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from palaestra.sandbox.base import SandboxProvider
 from palaestra.sandbox.capture import decode
-from palaestra.sandbox.docker_box import DockerSandbox, cli, seed_files
+from palaestra.sandbox.docker_box import DockerSandbox, cli, docker_exec_args, seed_files
 from palaestra.sandbox.registry import Registry, is_own, new_box_id, owner_alive, owner_fields
 from palaestra.sandbox.types import SandboxError, SandboxSpec
 from palaestra.settings import Settings, machine
 
 PULL_POLICIES = ("never", "missing", "always")
+RUNTIMES = ("runc", "runsc", "crun")
+RUNSC_HOST_PIDS = 4096  # host threads a gVisor sandbox may use (its sentry's), whatever the spec's pids
+# pid 1 of every container: waits on a child so that a TERM (``podman rm -f`` sends one first) ends it at once
+_KEEPALIVE = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 
 
 class DockerProvider(SandboxProvider):
@@ -38,9 +48,10 @@ class DockerProvider(SandboxProvider):
     default_binary: ClassVar[str] = "docker"
 
     def __init__(self, registry: Registry | None = None, *, reap: bool = True, image: str | None = None,
-                 pull: str | None = None, settings: Settings | None = None) -> None:
+                 pull: str | None = None, runtime: str | None = None, settings: Settings | None = None) -> None:
         """``image``: used when a spec names none; ``pull``: ``never`` (the default), ``missing`` or
-        ``always``. Left out, each falls back to ``settings`` (``$PALAESTRA_DOCKER_*``)."""
+        ``always``. Left out, each falls back to ``settings`` (``$PALAESTRA_DOCKER_*``). ``runtime``: the
+        OCI runtime (``runsc`` for gVisor), checked against the engine now rather than at the first run."""
         s = machine(settings)
         self.binary = self._binary(s) or self.default_binary
         self.user = s.docker_user
@@ -49,6 +60,14 @@ class DockerProvider(SandboxProvider):
         if self.pull not in PULL_POLICIES:
             raise SandboxError(f"unknown docker pull policy {self.pull!r}",
                                hint=f"use one of {', '.join(PULL_POLICIES)}")
+        self.runtime = (runtime or "").strip().lower() or None
+        if self.runtime is not None:
+            if self.runtime not in RUNTIMES:
+                raise SandboxError(f"unknown OCI runtime {self.runtime!r}", hint=f"use one of {', '.join(RUNTIMES)}")
+            ok, why = self.runtime_available(self.runtime)
+            if not ok:
+                raise SandboxError(f"{self.name} cannot use the OCI runtime {self.runtime}: {why}",
+                                   hint=self.runtime_hint(self.runtime))
         self.registry = registry or Registry()
         if reap:
             self.cleanup()
@@ -56,6 +75,57 @@ class DockerProvider(SandboxProvider):
     @classmethod
     def availability(cls) -> tuple[bool, str]:
         return _engine_probe(cls._binary(machine()) or "")
+
+    @property
+    def engine(self) -> list[str]:
+        """The CLI and its global flags: what comes before every subcommand."""
+        return [self.binary, *self.global_flags()]
+
+    def global_flags(self) -> list[str]:
+        return []
+
+    def exec_args(self, container: str, *, user: str, cwd: str | None, env: Mapping[str, str],
+                  interactive: bool) -> list[str]:
+        return docker_exec_args(container, user=user, cwd=cwd, env=env, interactive=interactive)
+
+    @property
+    def host_processes(self) -> bool:
+        return self.runtime != "runsc"
+
+    async def container_state(self, container: str) -> str:
+        cap = await cli(*self.engine, "inspect", "-f", "{{.State.Status}}", container, timeout=15)
+        return decode(cap.stdout).strip() or "missing"
+
+    async def remove_container(self, container: str) -> None:
+        await cli(*self.engine, "rm", "-f", "-v", container, timeout=60)
+
+    def run_flags(self, spec: SandboxSpec) -> list[str]:
+        """Per-container flags a subclass adds (podman: the ulimits its runtime needs)."""
+        return ["--runtime", self.runtime] if self.runtime else []
+
+    def tmpfs_owner(self, uid: str, gid: str) -> str:
+        """The tmpfs option that gives the workdir to the sandbox user (podman spells it ``U``)."""
+        return f"uid={uid},gid={gid}"
+
+    def runtime_available(self, runtime: str) -> tuple[bool, str]:
+        """Whether the daemon has ``runtime`` registered (``docker info`` lists its runtimes)."""
+        try:
+            proc = subprocess.run([*self.engine, "info", "--format", "{{json .Runtimes}}"], capture_output=True,
+                                  text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return False, f"`{self.binary} info` failed: {exc}"
+        if proc.returncode != 0:
+            return False, f"`{self.binary} info` failed: {proc.stderr.strip()[:200]}"
+        if f'"{runtime}"' not in proc.stdout:
+            return False, f"the daemon has no '{runtime}' runtime"
+        return True, f"runtime {runtime}"
+
+    def runtime_hint(self, runtime: str) -> str:
+        path = shutil.which(runtime) or f"/usr/bin/{runtime}"
+        args = ', "runtimeArgs": ["--network=none"]' if runtime == "runsc" else ""
+        missing = "" if shutil.which(runtime) else f"; install {runtime} first (Debian: apt-get install {runtime})"
+        return (f'register it with dockerd: {{"runtimes": {{"{runtime}": {{"path": "{path}"{args}}}}}}} in '
+                f"/etc/docker/daemon.json, then restart dockerd{missing}")
 
     @classmethod
     def _binary(cls, settings: Settings) -> str | None:
@@ -76,37 +146,46 @@ class DockerProvider(SandboxProvider):
                                   "expires_at": now + spec.lifetime_s if spec.lifetime_s else None}
         self.registry.write(record)
         try:
-            cap = await cli(self.binary, *self._run_args(spec, record, image), timeout=120)
-            if cap.returncode != 0:
-                raise await self._run_failure(image, decode(cap.stderr).strip())
-            box = DockerSandbox(self, spec, record, decode(cap.stdout).strip())
+            box = DockerSandbox(self, spec, record, await self._start(spec, record, image))
             if spec.files:
                 await seed_files(box, spec.files)
         except BaseException:
-            await cli(self.binary, "rm", "-f", "-v", record["container"], timeout=60)
+            await self.remove_container(record["container"])
             self.registry.remove(box_id)
             raise
         return box
 
+    async def _start(self, spec: SandboxSpec, record: dict[str, Any], image: str) -> str:
+        """Start the container named in ``record``; returns its full id."""
+        cap = await cli(*self.engine, *self._run_args(spec, record, image), timeout=120)
+        if cap.returncode != 0:
+            raise await self._run_failure(image, decode(cap.stderr).strip())
+        return decode(cap.stdout).strip()
+
     def _run_args(self, spec: SandboxSpec, record: dict[str, Any], image: str) -> list[str]:
         uid, _, gid = self.user.partition(":")
         disk = f"{spec.disk_mb}m" if spec.disk_mb else "1g"
+        owner = self.tmpfs_owner(uid, gid or uid)
         args = ["run", "-d", "--name", record["container"], "--label", f"palaestra.sandbox={record['id']}",
                 "--label", f"palaestra.owner={record['owner_pid']}:{record['owner_start']}",
                 "--label", f"palaestra.host={record['host']}", "--cap-drop", "ALL",
                 "--security-opt", "no-new-privileges", "--user", self.user, "--read-only",
                 "--tmpfs", f"/tmp:rw,exec,nosuid,nodev,size={disk},mode=1777",
-                "--tmpfs", f"{spec.workdir}:rw,exec,nosuid,nodev,size={disk},uid={uid},gid={gid or uid},mode=0755",
+                "--tmpfs", f"{spec.workdir}:rw,exec,nosuid,nodev,size={disk},{owner},mode=0755",
                 "--workdir", spec.workdir, "--ulimit", f"nofile={spec.open_files}:{spec.open_files}",
                 "--ulimit", "core=0", "--entrypoint", "/bin/sh"]
-        args += ["--pull", self.pull]
+        args += ["--pull", self.pull, *self.run_flags(spec)]
         for key, value in spec.labels.items():
             args += ["--label", f"palaestra.label.{key}={value}"]
         if spec.network == "none":
             args += ["--network", "none"]
         if spec.memory_mb:
             args += ["--memory", f"{spec.memory_mb}m", "--memory-swap", f"{spec.memory_mb}m"]
-        if spec.pids:
+        if spec.pids and self.runtime == "runsc":
+            # gVisor's sentry runs the sandbox's processes as its own host threads (50 idle, ~200 busy), so
+            # the host cgroup only backstops; the process limit is enforced by gVisor's kernel as RLIMIT_NPROC
+            args += ["--pids-limit", str(RUNSC_HOST_PIDS), "--ulimit", f"nproc={spec.pids + 4}:{spec.pids + 4}"]
+        elif spec.pids:
             args += ["--pids-limit", str(spec.pids + 4)]
         if spec.cpus:
             args += ["--cpus", str(spec.cpus)]
@@ -114,12 +193,12 @@ class DockerProvider(SandboxProvider):
             args += ["--ulimit", f"cpu={spec.cpu_time_s}:{spec.cpu_time_s}"]
         for m in spec.mounts:
             args += ["-v", f"{m.source}:{m.target}:{'rw' if m.writable else 'ro'}"]
-        return [*args, image, "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600; done"]
+        return [*args, image, "-c", _KEEPALIVE]
 
     async def _run_failure(self, image: str, stderr: str) -> SandboxError:
         """Why ``run`` failed, as a failure that says what to do: a missing image is named, with the
         command that builds it (nothing is downloaded under the ``never`` policy)."""
-        have = await cli(self.binary, "image", "inspect", "--format", "{{.Id}}", image, timeout=30)
+        have = await cli(*self.engine, "image", "inspect", "--format", "{{.Id}}", image, timeout=30)
         if have.returncode != 0 and self.pull == "never":
             return SandboxError(
                 f"docker image '{image}' is not on this machine, and the pull policy is 'never' (nothing is "
@@ -144,7 +223,7 @@ class DockerProvider(SandboxProvider):
                 names.add(str(record["container"]))
                 self.registry.remove(str(record["id"]))
         try:
-            listed = subprocess.run([self.binary, "ps", "-a", "--filter", "label=palaestra.sandbox", "--format",
+            listed = subprocess.run([*self.engine, "ps", "-a", "--filter", "label=palaestra.sandbox", "--format",
                                      '{{.Names}}\t{{.Label "palaestra.owner"}}\t{{.Label "palaestra.host"}}'],
                                     capture_output=True, text=True, timeout=30)
             for line in listed.stdout.splitlines():
@@ -155,7 +234,7 @@ class DockerProvider(SandboxProvider):
                 if not owner_alive(rec) or (include_live and is_own(rec)):
                     names.add(cname)
             if names:
-                subprocess.run([self.binary, "rm", "-f", "-v", *sorted(names)], capture_output=True, timeout=120)
+                subprocess.run([*self.engine, "rm", "-f", "-v", *sorted(names)], capture_output=True, timeout=120)
                 removed = len(names)
         except (OSError, subprocess.SubprocessError):
             pass
@@ -163,7 +242,8 @@ class DockerProvider(SandboxProvider):
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
-        out.update({"binary": self.binary, "user": self.user, "network": "--network none",
+        out.update({"binary": " ".join(self.engine), "user": self.user, "network": "--network none",
+                    "runtime": self.runtime or "the engine's default",
                     "limits": "memory, pids, cpus, tmpfs size, nofile"})
         return out
 
@@ -193,9 +273,3 @@ def _probe_once(binary: str) -> tuple[bool, str]:
         return False, f"no container engine answers ({(proc.stderr or '').strip()[:200]})"
     return True, f"{binary} engine {proc.stdout.strip()} on {socket.gethostname()}"
 
-
-class PodmanProvider(DockerProvider):
-    name = "podman"
-    binary_env = "PALAESTRA_PODMAN"
-    binary_setting = "podman_bin"
-    default_binary = "podman"

@@ -5,9 +5,11 @@ moving as ``cat``/``tar`` streams, and each exec wrapped so that nothing it star
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import posixpath
+import signal
 import tarfile
 import time
 from collections.abc import Mapping, Sequence
@@ -31,6 +33,33 @@ class DockerProvider(Protocol):
     user: str
     registry: Registry
 
+    @property
+    def engine(self) -> list[str]:
+        """The CLI and its global flags (podman's runtime and cgroup manager), before each subcommand."""
+        ...
+
+    def exec_args(self, container: str, *, user: str, cwd: str | None, env: Mapping[str, str],
+                  interactive: bool) -> list[str]:
+        """The ``exec`` subcommand up to the container's name (``runsc`` spells its flags differently)."""
+        ...
+
+    async def container_state(self, container: str) -> str: ...
+
+    @property
+    def host_processes(self) -> bool:
+        """Whether the container's processes are host processes in its cgroup (not under gVisor)."""
+        ...
+
+    async def remove_container(self, container: str) -> None: ...
+
+
+def docker_exec_args(container: str, *, user: str, cwd: str | None, env: Mapping[str, str],
+                     interactive: bool) -> list[str]:
+    args = ["exec"] + (["-i"] if interactive else []) + ["-u", user] + (["-w", cwd] if cwd else [])
+    for key, value in env.items():
+        args += ["-e", f"{key}={value}"]
+    return [*args, container]
+
 _WRAP = '"$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
 
 
@@ -47,7 +76,12 @@ def _container_cgroups(full_id: str) -> BoxCgroups:
     base = "/sys/fs/cgroup"
     return BoxCgroups([p for p in (f"{base}/memory/docker/{full_id}", f"{base}/pids/docker/{full_id}",
                                    f"{base}/system.slice/docker-{full_id}.scope", f"{base}/docker/{full_id}",
-                                   f"{base}/memory/system.slice/docker-{full_id}.scope") if os.path.isdir(p)])
+                                   f"{base}/memory/system.slice/docker-{full_id}.scope",
+                                   f"{base}/memory/libpod_parent/libpod-{full_id}",  # podman, cgroupfs manager
+                                   f"{base}/pids/libpod_parent/libpod-{full_id}",
+                                   f"{base}/libpod_parent/libpod-{full_id}",
+                                   f"{base}/memory/palaestra/{full_id}",  # the gvisor provider's cgroupsPath
+                                   f"{base}/pids/palaestra/{full_id}") if os.path.isdir(p)])
 
 
 class DockerSandbox(Sandbox):
@@ -63,6 +97,7 @@ class DockerSandbox(Sandbox):
         self._execs = 0
         self._lock = asyncio.Lock()
         self._cg = _container_cgroups(full_id)
+        self._init_pid: int | None = None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -70,10 +105,9 @@ class DockerSandbox(Sandbox):
 
     async def _raw_exec(self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float = 60.0,
                         cap: int = 1 << 20, user: str | None = None, cwd: str | None = None) -> Captured:
-        args = ["exec"] + (["-i"] if stdin is not None else []) + ["-u", user or self.provider.user]
-        if cwd:
-            args += ["-w", cwd]
-        return await cli(self.provider.binary, *args, self.name, *argv, stdin=stdin, timeout=timeout, cap=cap)
+        args = self.provider.exec_args(self.name, user=user or self.provider.user, cwd=cwd, env={},
+                                       interactive=stdin is not None)
+        return await cli(*self.provider.engine, *args, *argv, stdin=stdin, timeout=timeout, cap=cap)
 
     async def exec(self, argv: Sequence[str], *, timeout: float = 30.0, stdin: bytes | None = None,
                    env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
@@ -82,18 +116,16 @@ class DockerSandbox(Sandbox):
         async with self._lock:
             full_env = merge_env({"HOME": self.spec.workdir, "TMPDIR": "/tmp", "PALAESTRA_SANDBOX_ID": self.id},
                                  self.spec.env, env)
-            args = ["exec"] + (["-i"] if stdin is not None else []) + ["-u", self.provider.user,
-                                                                       "-w", self.inner_path(cwd or ".")]
-            for key, value in full_env.items():
-                args += ["-e", f"{key}={value}"]
-            args += [self.name, "/bin/sh", "-c", _WRAP, "sh", *argv]
+            args = self.provider.exec_args(self.name, user=self.provider.user, cwd=self.inner_path(cwd or "."),
+                                           env=full_env, interactive=stdin is not None)
+            args += ["/bin/sh", "-c", _WRAP, "sh", *argv]
             before = self._cg.counters()
 
             async def kill_tree(pid: int) -> None:
                 await self._kill_all()
                 killpg(pid)
 
-            cap = await run_captured([self.provider.binary, *args], timeout=timeout, cap=self.spec.output_cap_bytes,
+            cap = await run_captured([*self.provider.engine, *args], timeout=timeout, cap=self.spec.output_cap_bytes,
                                      kill_at=self.spec.output_kill_bytes, kill_tree=kill_tree, stdin=stdin,
                                      env=dict(os.environ))
             self._execs += 1
@@ -119,11 +151,30 @@ class DockerSandbox(Sandbox):
                               failure=failure, detail=detail, signal=cap.signal)
 
     async def _kill_all(self) -> None:
+        """Kill everything but the container's init. From the host first, through the container's cgroup,
+        where its processes are host processes: an exec needs a free slot in the pids cgroup, which a fork
+        bomb never leaves. Under gVisor the cgroup holds gVisor itself, so only the exec-side kill runs."""
+        if self._cg.paths and self.provider.host_processes:
+            if self._init_pid is None:
+                cap = await cli(*self.provider.engine, "inspect", "-f", "{{.State.Pid}}", self.name, timeout=15)
+                text = decode(cap.stdout).strip()
+                self._init_pid = int(text) if text.isdigit() else 0
+            if self._init_pid:
+                await asyncio.to_thread(self._kill_from_host, self._init_pid)
         await self._raw_exec(["/bin/sh", "-c", "kill -9 -1 2>/dev/null; exit 0"], timeout=15)
 
+    def _kill_from_host(self, init_pid: int, rounds: int = 400) -> None:
+        for _ in range(rounds):
+            left = self._cg.pids() - {init_pid}
+            if not left:
+                return
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+
     async def _state(self) -> str:
-        cap = await cli(self.provider.binary, "inspect", "-f", "{{.State.Status}}", self.name, timeout=15)
-        return decode(cap.stdout).strip() or "missing"
+        return await self.provider.container_state(self.name)
 
     async def upload(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None:
         self._check_open()
@@ -183,7 +234,7 @@ class DockerSandbox(Sandbox):
         if self._closed:
             return
         self._closed = True
-        await cli(self.provider.binary, "rm", "-f", "-v", self.name, timeout=60)
+        await self.provider.remove_container(self.name)
         self.provider.registry.remove(self.id)
 
 

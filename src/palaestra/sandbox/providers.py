@@ -24,10 +24,13 @@ _CLASSES: dict[str, str] = {
     "process": "palaestra.sandbox.process:ProcessProvider",
     "none": "palaestra.sandbox.process:NoneProvider",
     "docker": "palaestra.sandbox.docker:DockerProvider",
-    "podman": "palaestra.sandbox.docker:PodmanProvider",
+    "podman": "palaestra.sandbox.podman:PodmanProvider",
     "apptainer": "palaestra.sandbox.apptainer:ApptainerProvider",
+    "gvisor": "palaestra.sandbox.gvisor:GvisorProvider",
 }
-NAMES = ("local", "process", "docker", "podman", "apptainer", "none")
+NAMES = ("local", "process", "docker", "podman", "gvisor", "apptainer", "none")
+# Provider options in the plugin grammar: ``docker?runtime=runsc`` runs docker's containers under gVisor.
+OPTIONS: dict[str, tuple[str, ...]] = {"docker": ("runtime",), "podman": ("runtime",)}
 
 # The built-ins above are plugins of the ``sandboxes`` group; installed packages add providers (a
 # SandboxProvider subclass) through the ``palaestra.sandboxes`` entry-point group.
@@ -44,10 +47,11 @@ _lock = threading.Lock()
 
 
 def provider_class(name: str) -> type[SandboxProvider]:
-    """The class behind a provider spec (a name in the plugin grammar; providers take no options)."""
+    """The class behind a provider spec (a name in the plugin grammar; only docker and podman take an
+    option, ``runtime``)."""
     try:
         spec = parse_spec(name, what="sandbox provider")
-        spec.check_options(())
+        spec.check_options(OPTIONS.get(spec.kind, ()))
     except ConfigError as exc:
         raise SandboxError(exc.message, hint=exc.hint) from None
     if spec.name or REGISTRY.get(spec.kind) is None:
@@ -86,7 +90,8 @@ def get_provider(name: str | None = None) -> SandboxProvider:
             if not ok:
                 raise SandboxError(f"sandbox provider '{name}' is not usable here: {why}",
                                    hint=f"pick another with --sandbox (or {ENV_VAR}) local|process|docker|none")
-            provider = klass()
+            options = dict(parse_spec(name, what="sandbox provider").options)
+            provider = klass(**options) if options else klass()
             _instances[name] = provider
     return provider
 

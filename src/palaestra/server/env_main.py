@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
 from palaestra.core.errors import PalaestraError
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-token", action="store_true", help="serve without a token (loopback only)")
     p.add_argument("--token-file", default=None, help="where to write a generated token")
     p.add_argument("--allowed-host", action="append", default=[], help="another Host name clients use")
+    p.add_argument("--openenv", action="store_true", help="serve the OpenEnv protocol (server/openenv_face.py)")
     a = p.parse_args(argv)
     announce = not a.token_stdin
     settings = Settings.from_env()  # this process's edge: the one read of its environment
@@ -75,10 +77,18 @@ def main(argv: list[str] | None = None) -> None:
             if not isinstance(options, dict):
                 raise PalaestraError("--options-stdin: the options line is not a JSON object", kind="config")
         env = load_env(a.spec, options)
+        tasks = env.examples() if a.openenv else []  # the tasks an OpenEnv reset() picks from
     except PalaestraError as exc:
         print(f"error: {exc.message}" + (f"\n  fix: {exc.hint}" if exc.hint else ""), file=sys.stderr)
         sys.exit(2)
-    app = create_env_app(EnvironmentHost(env, ttl_s=a.ttl, max_sessions=a.max_sessions))
+    host = EnvironmentHost(env, ttl_s=a.ttl, max_sessions=a.max_sessions)
+    if a.openenv:  # OpenEnv's clients reach it on /ws; /health stays open like /healthz
+        from palaestra.server.openenv_face import create_openenv_app
+
+        app = create_openenv_app(host, tasks)
+        policy = replace(policy, open_paths=(*policy.open_paths, "/health"))
+    else:
+        app = create_env_app(host)
     if a.watch_stdin:
         threading.Thread(target=_watch_parent, daemon=True).start()
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from palaestra.core.environment import Environment
 from palaestra.core.errors import InvalidTask
-from palaestra.core.records import Reference, Task, Trajectory, Verdict
+from palaestra.core.records import Reference, Task, ToolCall, Trajectory, Verdict
+from palaestra.core.tools import tool
 
 QUESTION = "What is {a} + {b}? Reply with the number only."
 SHOT = ({"role": "user", "content": QUESTION.format(a=2, b=5)}, {"role": "assistant", "content": "7"})
@@ -66,7 +67,7 @@ class Arith(Environment):
         return [dict(m) for m in SHOT] + task.messages()
 
     def examples(self) -> list[Task]:
-        return make_tasks(16, split="train")
+        return make_tasks(24, split="train")
 
     def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         answer = int(state.metadata["answer"])
@@ -77,3 +78,52 @@ class Arith(Environment):
 
     def reference(self, task: Task) -> Reference:
         return Reference(final_answer=str(task.metadata["answer"]))
+
+
+TOOL_QUESTION = "What is {a} + {b}? Call the add tool, then reply with the number only."
+
+
+def make_tool_tasks(n: int, *, split: str = "train", seed: int = 0) -> list[Task]:
+    """``make_tasks`` for ``arith_tools``: the same operand pairs, asking for the tool first."""
+    return [t.model_copy(update={"env": "arith_tools", "input": TOOL_QUESTION.format(**t.metadata)})
+            for t in make_tasks(n, split=split, seed=seed)]
+
+
+class ArithTools(Arith):
+    """``arith`` as a two-turn tool task: the model calls ``add`` and then answers. The reward is
+    ``arith``'s (format + correct, on the final reply), so a trainer learns to read the tool's result back
+    in the asked form; ``used_tool`` is reported as a component but not rewarded."""
+
+    name = "arith_tools"
+    description = "Add two small numbers with the add tool, then reply with the number only."
+    mechanism = "stateful"
+
+    def prompt(self, task: Task) -> list[dict[str, Any]]:
+        return task.messages()
+
+    def seed(self, task: Task) -> dict[str, Any]:
+        return {"task": task, "calls": 0}
+
+    @tool
+    def add(self, state: dict[str, Any], a: int, b: int) -> str:
+        """Add two integers.
+
+        Args:
+            a: the first number
+            b: the second number
+        """
+        state["calls"] += 1
+        return str(a + b)
+
+    def examples(self) -> list[Task]:
+        return make_tool_tasks(24, split="train")
+
+    def verify(self, state: Any, trajectory: Trajectory) -> Verdict:
+        verdict = super().verify(state["task"], trajectory)
+        verdict.components["used_tool"] = float(state["calls"] > 0)
+        return verdict
+
+    def reference(self, task: Task) -> Reference:
+        m = task.metadata
+        return Reference(tool_calls=[ToolCall(name="add", arguments={"a": m["a"], "b": m["b"]})],
+                         final_answer=str(m["answer"]))

@@ -52,7 +52,11 @@ class RolloutService:
         ``TrainableLocalBackend`` sharing the trainer's weights; it stays the caller's to close.
         ``with_reference`` (Python API only): each rollout fetches its task's reference first, for a
         scripted oracle ``backend`` (``palaestra.collect(model="scripted:oracle")``)."""
-        if backend is None and not url_host_allowed(spec.policy.base_url, self.policy_hosts):
+        if backend is None and spec.policy is None:
+            raise ConfigError("the job names no policy endpoint and was given no backend",
+                              hint="set policy.base_url (the trainer's inference server)")
+        if backend is None and spec.policy is not None and not url_host_allowed(spec.policy.base_url,
+                                                                               self.policy_hosts):
             raise ConfigError(f"policy endpoint {redact_url(spec.policy.base_url)!r} is not on this service's "
                               "allow-list", hint="use a loopback endpoint, or start the service with --policy-host "
                                                  "HOST for that host")
@@ -63,7 +67,13 @@ class RolloutService:
             raise ConfigError(f"task(s) {', '.join(nameless[:5])} name no environment",
                               hint="set each task's 'env' (a built-in name or a module:Class spec)")
         envs = {name: await self._mount(name, spec.placement) for name in sorted({t.env for t in spec.tasks})}
-        job = Job(spec, envs, backend or make_policy_backend(spec.policy), owns_backend=backend is None,
+        if backend is None:
+            assert spec.policy is not None  # checked above
+            backend = make_policy_backend(spec.policy)
+            owned = True
+        else:
+            owned = False
+        job = Job(spec, envs, backend, owns_backend=owned,
                   with_reference=with_reference)
         self.jobs[job.id] = job
         return job

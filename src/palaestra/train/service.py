@@ -26,7 +26,6 @@ from typing import Any, Literal, cast
 from palaestra.agents.registry import make_agent
 from palaestra.core.errors import ConfigError
 from palaestra.core.records import Outcome, Rollout, Task
-from palaestra.core.secrets import redact_url
 from palaestra.models.base import ModelBackend
 from palaestra.placement import MountedEnv
 from palaestra.rollout.runner import run_rollout
@@ -51,6 +50,7 @@ class Job:
         self._backend = backend
         self._owns_backend = owns_backend
         self._proxy = ModelProxy(backend)
+        self._model_name = spec.model_label(backend)
         self._agent = make_agent(spec.agent, max_steps=spec.max_steps)
         self._pending: collections.deque[Task] = collections.deque(spec.tasks)
         self._ready: collections.deque[Group] = collections.deque()
@@ -200,7 +200,7 @@ class Job:
         rid = uuid.uuid4().hex
         try:
             return await run_rollout(task, env=self._envs[task.env].client, agent=self._agent, proxy=self._proxy,
-                                     model_name=self.spec.policy.model or redact_url(self.spec.policy.base_url),
+                                     model_name=self._model_name,
                                      repeat=index, deadline_s=self.spec.rollout_deadline_s, sampling=sampling,
                                      with_reference=self._with_reference, rollout_id=rid)
         finally:
@@ -241,7 +241,7 @@ class Job:
         for i, m in enumerate(members):
             if m in pending:
                 padded.append(i)
-                rollouts.append(_stand_in(task, i, spec.group_deadline_s or 0.0, spec.policy.model or ""))
+                rollouts.append(_stand_in(task, i, spec.group_deadline_s or 0.0, self._model_name))
             else:
                 rollouts.append(m.result())
         if padded:

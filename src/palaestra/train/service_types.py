@@ -36,7 +36,8 @@ class JobSpec(BaseModel):
 
     tasks: list[Task] = Field(min_length=1)
     group_size: int = Field(ge=1, le=1024)
-    policy: PolicyEndpoint
+    policy: PolicyEndpoint | None = Field(None, description="The trainer's inference server; leave it out "
+                                          "when the job is given an in-process backend (Python API).")
     sampling: dict[str, Any] = Field(default_factory=dict, description="Merged into every model request; a "
                                      "'seed' becomes seed + member index so group members differ.")
     agent: str = "tool"
@@ -55,6 +56,14 @@ class JobSpec(BaseModel):
     max_groups_in_flight: int = Field(8, ge=1)
     max_buffered_groups: int = Field(16, ge=1, description="Groups finished but not yet taken, plus groups in "
                                      "flight, stay under this: sampling never runs far ahead of training.")
+
+    def model_label(self, backend: object = None) -> str:
+        """The model name rollouts record: the endpoint's model (or its redacted URL), else the backend's."""
+        if self.policy is not None:
+            from palaestra.core.secrets import redact_url
+
+            return self.policy.model or redact_url(self.policy.base_url)
+        return str(getattr(backend, "model", None) or getattr(backend, "name", None) or "in-process")
 
 
 class Group(BaseModel):

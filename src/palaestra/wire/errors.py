@@ -143,7 +143,8 @@ def exception_for(err: dict[str, Any], status: int | None = None, *, where: str 
     if kind in CALL_ERRORS:
         return PalaestraError(message, kind=kind, hint=hint)
     if kind in ENVIRONMENT_ERRORS or (status is not None and status >= 500):
-        return EnvironmentFailure(f"{where}: {kind}: {message}" if where else f"{kind}: {message}", hint=hint)
+        return EnvironmentFailure(f"{where}: {kind}: {message}" if where else f"{kind}: {message}", hint=hint,
+                                  cause=kind)
     return PalaestraError(message, kind=kind, hint=hint)
 
 

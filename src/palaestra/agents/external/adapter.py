@@ -9,6 +9,7 @@ npm packages under ``npm/`` and PyPI ones in their own virtual environments); th
 from __future__ import annotations
 
 import abc
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ class CLIAdapter(abc.ABC):
     executable: str = ""
     install_paths: tuple[str, ...] = ()  # relative to the agents directory
     package: str = ""  # what to install, for error messages
+    version: str = ""  # the pinned version .ci/setup-agents.sh installs
+    npm_package: str = ""  # its npm name, when it comes from npm (where its installed version is read)
 
     @property
     def env_var(self) -> str:
@@ -82,6 +85,16 @@ class CLIAdapter(abc.ABC):
         raise AgentError(f"agent '{self.name}' needs the `{self.executable}` CLI ({self.package}), which is not "
                          f"installed (looked in ${self.env_var}, {base} and $PATH)",
                          hint=SETUP_HINT.format(var=self.env_var))
+
+    def installed_version(self) -> str | None:
+        """The version installed under the agents directory (npm's package.json), None when unknown."""
+        if not self.npm_package:
+            return None
+        try:
+            data = json.loads((agents_dir() / "npm/node_modules" / self.npm_package / "package.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return str(data.get("version")) if isinstance(data, dict) and data.get("version") else None
 
     def available(self) -> bool:
         try:

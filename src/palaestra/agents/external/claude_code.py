@@ -19,6 +19,8 @@ class ClaudeCodeAdapter(CLIAdapter):
     executable = "claude"
     install_paths = ("npm/node_modules/.bin/claude",)
     package = "npm @anthropic-ai/claude-code"
+    npm_package = "@anthropic-ai/claude-code"
+    version = "2.1.197"
 
     def command(self, ctx: LaunchContext) -> list[str]:
         return [ctx.executable, "-p", "--dangerously-skip-permissions", "--model", ctx.model,

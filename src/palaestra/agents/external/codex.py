@@ -21,6 +21,8 @@ class CodexAdapter(CLIAdapter):
     executable = "codex"
     install_paths = ("npm/node_modules/.bin/codex",)
     package = "npm @openai/codex"
+    npm_package = "@openai/codex"
+    version = "0.171.0"
 
     def command(self, ctx: LaunchContext) -> list[str]:
         provider = (f'{{name="palaestra",base_url="{ctx.openai_base}",wire_api="responses",'

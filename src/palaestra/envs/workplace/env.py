@@ -9,12 +9,29 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from palaestra.core.environment import Environment
 from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Reference, Task, ToolCall, Trajectory, Verdict
 from palaestra.envs.workplace import spec, store
 from palaestra.envs.workplace.store import Office
 from palaestra.envs.workplace.tools import WorkplaceTools
+
+# Fixtures whose (initial_state, expected_state) already passed check_task. Checking builds a whole SQLite
+# database, and a task is checked before the run, again when its session opens and again in seed: that
+# was most of a multi-turn rollout's CPU. Only successes are kept (a bad row is re-checked, so its error
+# names it), keyed by the canonical JSON of both fields; bounded, cleared when full.
+_CHECKED: dict[bytes, None] = {}
+_CHECKED_MAX = 4096
+
+
+def _check_key(metadata: dict[str, Any]) -> bytes | None:
+    try:
+        return orjson.dumps([metadata.get("initial_state"), metadata["expected_state"]],
+                            option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return None  # not plain JSON: checked every time
 
 
 class Workplace(WorkplaceTools, Environment):
@@ -32,6 +49,22 @@ class Workplace(WorkplaceTools, Environment):
                 f"workplace task '{task.id}' has no metadata.expected_state",
                 hint='add {"checks": [{"table": ..., "where": {...}}]} describing the changes to make',
             )
+        key = _check_key(task.metadata)
+        if key is None or key not in _CHECKED:
+            self._check_state(task)
+            if key is not None:
+                if len(_CHECKED) >= _CHECKED_MAX:
+                    _CHECKED.clear()
+                _CHECKED[key] = None
+        ref = task.metadata.get("reference")
+        if ref is not None and not isinstance(ref, (dict, list)):
+            raise InvalidTask(
+                f"workplace task '{task.id}': metadata.reference must be an object or a list",
+                hint='use {"tool_calls": [{"name": ..., "arguments": {...}}], "final_answer": "..."}',
+            )
+
+    def _check_state(self, task: Task) -> None:
+        """Build the initial state and check ``expected_state`` against its tables."""
         try:
             office = store.build(store.resolve_fixture(task.metadata.get("initial_state")))
         except ValueError as exc:
@@ -42,16 +75,10 @@ class Workplace(WorkplaceTools, Environment):
             raise InvalidTask(f"workplace task '{task.id}': {exc}", hint="fix metadata.expected_state") from None
         finally:
             office.conn.close()
-        ref = task.metadata.get("reference")
-        if ref is not None and not isinstance(ref, (dict, list)):
-            raise InvalidTask(
-                f"workplace task '{task.id}': metadata.reference must be an object or a list",
-                hint='use {"tool_calls": [{"name": ..., "arguments": {...}}], "final_answer": "..."}',
-            )
 
     def seed(self, task: Task) -> Office:
         self.check_task(task)
-        office = store.build(store.resolve_fixture(task.metadata.get("initial_state")))
+        office = store.build_copy(_check_key(task.metadata), store.resolve_fixture(task.metadata.get("initial_state")))
         office.expected_state = task.metadata["expected_state"]
         return office
 
