@@ -5,7 +5,6 @@ its MCP tools and passes ``env check``."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,20 +27,13 @@ def example_servers(adapters_dir: Path) -> Iterator[dict[str, str]]:
     """Both example apps (OpenEnv's create_app) on 127.0.0.1, their URLs where the remote adapters look."""
     from openenv_examples import echo_app, grid_app
 
-    names = {"PALAESTRA_TEST_OPENENV_GRID_URL": grid_app, "PALAESTRA_TEST_OPENENV_ECHO_URL": echo_app}
-    old = {k: os.environ.get(k) for k in names}
     with serve_app(grid_app, start_timeout_s=30, lifespan="auto") as grid_url, \
-            serve_app(echo_app, start_timeout_s=30, lifespan="auto") as echo_url:
+            serve_app(echo_app, start_timeout_s=30, lifespan="auto") as echo_url, \
+            pytest.MonkeyPatch.context() as mp:  # module-scoped: undone when the module's tests are done
         urls = {"PALAESTRA_TEST_OPENENV_GRID_URL": grid_url, "PALAESTRA_TEST_OPENENV_ECHO_URL": echo_url}
-        os.environ.update(urls)
-        try:
-            yield urls
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        for k, v in urls.items():
+            mp.setenv(k, v)
+        yield urls
 
 
 def _table(report: object) -> dict[str, tuple[bool, str]]:

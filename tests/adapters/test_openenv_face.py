@@ -286,16 +286,10 @@ async def test_production_mode_sessions_over_mcp(faces: dict[str, str]) -> None:
 def reimport(faces: dict[str, str], adapters_dir: Any) -> Iterator[None]:
     names = {"PALAESTRA_TEST_FACE_MATH_URL": faces["math"], "PALAESTRA_TEST_FACE_WORKPLACE_URL": faces["workplace"],
              "PALAESTRA_TEST_FACE_TOKEN": TOKEN}
-    old = {k: os.environ.get(k) for k in names}
-    os.environ.update(names)
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # module-scoped: undone when the module's tests are done
+        for k, v in names.items():
+            mp.setenv(k, v)
         yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.mark.parametrize("cls", ["ServedMath", "ServedWorkplace"])

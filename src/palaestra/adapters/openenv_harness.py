@@ -24,19 +24,9 @@ from typing import Any
 
 from palaestra.adapters.openenv_sessions import INSTALL_HINT
 from palaestra.core.errors import ConfigError
+from palaestra.core.records import last_assistant_text
 
-__all__ = ["PalaestraSession", "PalaestraSessionFactory", "final_text"]
-
-
-def final_text(transcript: list[dict[str, Any]]) -> str:
-    """The last assistant message's text: the rollout's final answer."""
-    for message in reversed(transcript):
-        if message.get("role") == "assistant":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            return str(content or "")
-    return ""
+__all__ = ["PalaestraSession", "PalaestraSessionFactory"]
 
 
 try:  # OpenEnv's ABCs when it is installed; the module imports without it
@@ -90,7 +80,7 @@ class PalaestraSession(_Session):  # type: ignore[misc,valid-type,unused-ignore]
         from openenv.core.harness import VerifyResult
 
         if self.last is None or not self.last.done:
-            self.last = self.client.step({"answer": final_text(transcript)})
+            self.last = self.client.step({"answer": last_assistant_text(transcript)})
         verdict = (self.last.observation or {}).get("verdict") or {}
         return VerifyResult(env_reward=self.last.reward, done=True, metrics={"passed": bool(verdict.get("passed"))},
                             artifacts={"verdict": verdict})

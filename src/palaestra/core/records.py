@@ -116,6 +116,17 @@ class ModelCallRecord(Record):
     routed_to: str | None = None  # the named model that answered, when a router chose
 
 
+def last_assistant_text(messages: list[dict[str, Any]]) -> str:
+    """The last assistant message's text (content parts joined): what a transcript ends on."""
+    for message in reversed(messages):
+        if message.get("role") == "assistant":
+            content = message.get("content")
+            if isinstance(content, list):
+                return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            return str(content or "")
+    return ""
+
+
 class Trajectory(Record):
     """Everything that happened in a rollout, in order."""
 
@@ -131,13 +142,7 @@ class Trajectory(Record):
         """The model's last words: ``final_answer``, else the last assistant message's text."""
         if self.final_answer is not None:
             return self.final_answer
-        for message in reversed(self.messages):
-            if message.get("role") == "assistant":
-                content = message.get("content")
-                if isinstance(content, list):
-                    return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-                return str(content or "")
-        return ""
+        return last_assistant_text(self.messages)
 
 
 OutcomeStatus = Literal["scored", "failed", "timed_out"]

@@ -1,5 +1,9 @@
-"""KiloCode, for real, jailed, against the scripted model over Chat Completions (KILO_CONFIG_CONTENT
-with an ``@ai-sdk/openai-compatible`` provider at the rollout's endpoint), on the terminal environment."""
+"""OpenCode, KiloCode and Pi, for real, jailed, against the scripted model over Chat Completions, on one
+terminal task graded in the environment's own sandbox: every call the model served is in the trajectory.
+
+OpenCode and Kilo are pointed at the rollout's endpoint through their config variable
+(``@ai-sdk/openai-compatible``), Pi through ``$PI_CODING_AGENT_DIR/models.json`` (``api: "openai-completions"``).
+OpenCode's and Kilo's bash tool requires a ``description`` argument; Pi's has none."""
 
 from __future__ import annotations
 
@@ -8,11 +12,14 @@ from typing import Any
 
 import pytest
 
-from palaestra.agents.external import KiloCodeAdapter
+from palaestra.agents.external import KiloCodeAdapter, OpenCodeAdapter, PiAdapter
+from palaestra.agents.external.adapter import CLIAdapter
 from palaestra.envs.terminal.env import Terminal
 from palaestra.placement import mount_env
 
 from .conftest import CountingScripted, require_cli, run_cli
+
+COMMAND = "chmod +x tools/run.sh && ./tools/run.sh"
 
 
 @pytest.fixture
@@ -22,12 +29,17 @@ async def terminal() -> AsyncIterator[Any]:
     await mounted.stop()
 
 
-async def test_kilocode_solves_a_terminal_task_and_every_model_call_is_recorded(terminal: Any) -> None:
-    adapter = KiloCodeAdapter()
+@pytest.mark.parametrize(("adapter_cls", "step_args"), [
+    (OpenCodeAdapter, {"command": COMMAND, "description": "Fix"}),
+    (KiloCodeAdapter, {"command": COMMAND, "description": "Fix"}),
+    (PiAdapter, {"command": COMMAND}),
+], ids=["opencode", "kilocode", "pi"])
+async def test_harness_solves_a_terminal_task_and_every_model_call_is_recorded(
+        terminal: Any, adapter_cls: type[CLIAdapter], step_args: dict[str, str]) -> None:
+    adapter = adapter_cls()
     require_cli(adapter)
     task = next(t for t in Terminal().examples() if t.id == "terminal-make-executable")
-    step = {"name": "bash", "arguments": {"command": "chmod +x tools/run.sh && ./tools/run.sh", "description": "Fix"}}
-    replay = [{"tool_calls": [step]}, {"content": "run.sh is executable now."}]
+    replay = [{"tool_calls": [{"name": "bash", "arguments": step_args}]}, {"content": "run.sh is executable now."}]
     backend = CountingScripted("replay", replay=replay)
     r = await run_cli(adapter, terminal, replay, task=task, backend=backend)
     assert r.outcome.status == "scored", f"{r.outcome.kind}: {r.outcome.message}"
