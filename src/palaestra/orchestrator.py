@@ -7,6 +7,7 @@ below imports it, which is what keeps ``rollout`` free of upward imports (docs/a
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Callable
@@ -102,6 +103,8 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
             manifest = rundir.read_manifest(run_dir)
             manifest_envs = manifest.get("envs", {})
         cfg = cfg.model_copy(update={"run_id": str(manifest.get("run_id") or "") or None})
+        if cfg.seed is None and isinstance(manifest.get("seed"), int):  # the seed the run started with
+            cfg = cfg.model_copy(update={"seed": manifest["seed"]})
         for name, meta in manifest_envs.items():
             register_alias(name, meta.get("spec", name))
         check_size(len(tasks), cfg.repeats, cfg.max_rollouts)
@@ -111,7 +114,9 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
             raise InvalidTask("no tasks to run" + (f" ({len(skipped)} invalid row(s) skipped)" if skipped else ""),
                               hint="check --input/--env and --limit")
         check_size(len(tasks), cfg.repeats, cfg.max_rollouts)
-        cfg = cfg.model_copy(update={"run_id": cfg.run_id or uuid.uuid4().hex})
+        # no --seed: pick one and record it (run.json "seed"), so `--seed N` repeats this run's sampling
+        cfg = cfg.model_copy(update={"run_id": cfg.run_id or uuid.uuid4().hex,
+                                     "seed": cfg.seed if cfg.seed is not None else secrets.randbelow(2**31)})
         options = env_options(cfg)
         envs = {}
         for name in sorted({t.env for t in tasks}):

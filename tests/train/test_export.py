@@ -125,3 +125,24 @@ async def test_a_real_run_exports_sft_and_says_why_rl_cannot(tmp_path: Path) -> 
     assert bad.exit_code == 2 and "unknown export kind" in bad.output
     fmt = CliRunner().invoke(cli(), ["export", "sft", str(run), "--out", str(tmp_path / "x.csv")])
     assert fmt.exit_code == 2 and "*.jsonl or *.parquet" in fmt.output
+
+
+def test_rl_export_of_single_turn_rollouts_says_drift_not_checked(tmp_path: Path) -> None:
+    """A run whose rollouts each made one model call checks no turn: the export says so, never "0.000"."""
+    rollouts = [Rollout(rollout_id=f"s{i}", task_id="a", env="e", agent="tool", model="m", repeat=i,
+                        outcome=Outcome.scored(), verdict=Verdict(reward=float(i)),
+                        trajectory=Trajectory(messages=[{"role": "user", "content": "q"},
+                                                        {"role": "assistant", "content": "a"}],
+                                              model_calls=[ModelCallRecord(
+                                                  request={"messages": [{"role": "user", "content": "q"}]},
+                                                  response={}, status=200, prompt_token_ids=[1, 2],
+                                                  generation_token_ids=[3, 4], generation_logprobs=[-0.1, -0.2])],
+                                              final_answer="a")) for i in range(2)]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rollouts.jsonl").write_bytes(b"".join(orjson.dumps(r.model_dump(mode="json")) + b"\n" for r in rollouts))
+    result = CliRunner().invoke(cli(), ["export", "rl", str(run), "--out", str(tmp_path / "rl.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "token_drift_rate not checked (0/0 turns)" in result.output and "0.000" not in result.output
+    stats = export_run("rl", run, tmp_path / "rl2.jsonl", ExportOptions())
+    assert stats.checked_turns == 0 and stats.to_dict()["token_drift_rate"] is None

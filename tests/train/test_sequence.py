@@ -126,3 +126,19 @@ def test_drift_summary_counts_only_rollouts_with_tokens() -> None:
     bare = rollout(ModelCallRecord(request={}, response={"choices": []}, status=200))
     assert drift_summary([rollout(*CONTIGUOUS), rollout(*calls), bare]) == {
         "token_drift_rate": 0.5, "checked_turns": 4, "drifted_turns": 2, "rollouts_with_tokens": 2}
+
+
+def test_single_turn_rollouts_report_drift_not_checked_never_zero() -> None:
+    """One model call per rollout: no later turn to compare, so the rate is None ("not checked"), not 0.0."""
+    import json
+
+    from palaestra.train.sequence import drift_summary, drift_text
+
+    single = [rollout(call([1, 2, 3], [10, 11]), repeat=i) for i in range(3)]
+    assert token_drift_rate([build_samples(r) for r in single]) is None
+    summary = drift_summary(single)
+    assert summary["checked_turns"] == 0 and summary["rollouts_with_tokens"] == 3
+    assert json.loads(json.dumps(summary))["token_drift_rate"] is None
+    assert drift_text(None) == "not checked" and drift_text(0.0) == "0.000"
+    # one multi-turn rollout among them: measured, and then a real 0.0
+    assert drift_summary([*single, rollout(*CONTIGUOUS)])["token_drift_rate"] == 0.0

@@ -68,10 +68,14 @@ class Agent(Protocol):
 class BackendChat:
     """Adapts any ``ModelBackend``-like object (``chat(body, ctx)``) or proxy (``complete``) to ChatModel."""
 
-    def __init__(self, target: Any, rollout_id: str | None = None, ctx: Any = None) -> None:
+    def __init__(self, target: Any, rollout_id: str | None = None, ctx: Any = None,
+                 tool_choice: str | None = None) -> None:
         self._target = target
         self._rid = rollout_id
         self._ctx = ctx
+        # the run's --tool-choice: set on every request that offers tools (a request without tools would be
+        # refused by chat servers with it), over what the agent or the row asked
+        self._tool_choice = tool_choice
 
     @property
     def rollout_id(self) -> str | None:
@@ -83,6 +87,8 @@ class BackendChat:
         return self._target
 
     async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self._tool_choice is not None and body.get("tools"):
+            body = {**body, "tool_choice": self._tool_choice}
         if hasattr(self._target, "complete"):
             result: dict[str, Any] = await self._target.complete(self._rid, "chat", body)
             return result

@@ -34,7 +34,9 @@ def run(
     max_tokens: int | None = typer.Option(None),
     capture_tokens: bool | None = typer.Option(None, "--capture-tokens",
                                                help="Ask the server for token ids and logprobs (vLLM, SGLang)."),
-    seed: int | None = typer.Option(None),
+    seed: int | None = typer.Option(None, help="Sampling seed (default: one chosen at random, recorded in run.json)."),
+    tool_choice: str | None = typer.Option(None, "--tool-choice", help="auto | required | none: tool_choice of every "
+                                           "model request that offers tools."),
     max_attempts: int | None = typer.Option(None, help="Attempts per rollout on infrastructure failure."),
     deadline_s: float | None = typer.Option(None, "--deadline", help="Seconds per rollout."),
     placement: str | None = typer.Option(None, help="inprocess | direct | local | ray (with --cluster)."),

@@ -44,6 +44,7 @@ def export(
         export_nemo_gym_cmd(Path(run_dir), Path(out))
         return
     from palaestra.train.export import ExportOptions, export_run
+    from palaestra.train.sequence import drift_text
 
     options = ExportOptions(min_reward=min_reward, pairs=pairs, min_margin=min_margin, max_pairs_per_task=max_pairs,
                             normalisation=normalisation, on_drift=on_drift)  # type: ignore[arg-type]
@@ -51,7 +52,7 @@ def export(
     line = f"wrote {stats.rows} {kind} row(s) to {out} from {stats.scored} scored of {stats.rollouts} rollout(s)"
     if kind == "rl":
         line += (f"; {stats.groups} group(s), {stats.flat_groups} with equal rewards; token_drift_rate "
-                 f"{stats.token_drift_rate:.3f} ({stats.drifted_turns}/{stats.checked_turns} turns)")
+                 f"{drift_text(stats.token_drift_rate)} ({stats.drifted_turns}/{stats.checked_turns} turns)")
     typer.echo(line)
     for why, n in stats.skipped.most_common(8):
         typer.echo(f"  skipped {n}: {why}", err=True)

@@ -85,6 +85,8 @@ class RolloutWorker:
             s["max_tokens"] = c.max_tokens
         if c.seed is not None:
             s["seed"] = c.seed + repeat
+        if c.tool_choice is not None:  # the runner applies it to the requests that offer tools
+            s["tool_choice"] = c.tool_choice
         if c.model_name:
             s["model"] = c.model_name
         return s

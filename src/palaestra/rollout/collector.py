@@ -85,6 +85,8 @@ class Collector:
             s["max_tokens"] = self.cfg.max_tokens
         if self.cfg.seed is not None:
             s["seed"] = self.cfg.seed + repeat
+        if self.cfg.tool_choice is not None:  # the runner applies it to the requests that offer tools
+            s["tool_choice"] = self.cfg.tool_choice
         if self.cfg.model_name:
             s["model"] = self.cfg.model_name
         return s

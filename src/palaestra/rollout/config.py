@@ -50,7 +50,11 @@ class RunConfig(BaseModel):
     capture_tokens: bool = Field(False, description="Ask an OpenAI-compatible server (vLLM, SGLang) for token ids "
                                                     "and logprobs.")
     max_tokens: int | None = Field(None, ge=1, description="Max generated tokens per model call.")
-    seed: int | None = Field(None, description="Sampling seed (sent to the model; repeat i uses seed+i).")
+    seed: int | None = Field(None, description="Sampling seed (sent to the model; repeat i uses seed+i). Unset: "
+                             "the run picks one at random and records it in run.json, so `--seed N` repeats it.")
+    tool_choice: Literal["auto", "required", "none"] | None = Field(
+        None, description="tool_choice sent with every model request that offers tools (auto | required | none); "
+                          "unset: the row's own or the server's default.")
     max_attempts: int = Field(3, ge=1, description="Attempts per (task, repeat) on infrastructure failure.")
     deadline_s: float = Field(600.0, gt=0, description="Deadline per rollout (model, tools and verify).")
     placement: str = Field("direct", description="Environment placement: direct (in-process host, fastest) | "
@@ -188,4 +192,6 @@ def resolve(flags: dict[str, Any], config_file: str | None = None,
         return RunConfig.model_validate(values), sources
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"invalid run config: {problems}") from None
+        named = sorted({"--" + str(e["loc"][0]).replace("_", "-") for e in exc.errors() if e["loc"]})
+        raise ConfigError(f"invalid run config: {problems}",
+                          hint=f"check {', '.join(named)} (or the run file's field)" if named else None) from None

@@ -97,8 +97,11 @@ async def run_rollout(
         t0 = time.perf_counter()
         surface = ToolSurface(env, session)
         # a NeMo Gym row's own request settings (tool_choice, sampling, ...), under the run's flags
-        call_settings = {**nemo_rows.task_settings(task), **(sampling or {})}
-        traj = await agent.run(task, session, surface, BackendChat(proxy, rid), call_settings)
+        run_sampling = dict(sampling or {})
+        tool_choice = run_sampling.pop("tool_choice", None)  # only for requests with tools: BackendChat adds it
+        call_settings = {**nemo_rows.task_settings(task), **run_sampling}
+        traj = await agent.run(task, session, surface, BackendChat(proxy, rid, tool_choice=tool_choice),
+                               call_settings)
         timings["agent_s"] = time.perf_counter() - t0
 
         phase = "verify"

@@ -20,11 +20,15 @@ the host's namespace, which is what ``--network none`` leaves it); a daemon with
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from palaestra.sandbox.base import SandboxProvider
@@ -238,7 +242,24 @@ class DockerProvider(SandboxProvider):
                 removed = len(names)
         except (OSError, subprocess.SubprocessError):
             pass
+        if names:
+            self._kill_exec_clients(names)
         return removed
+
+    def _kill_exec_clients(self, names: set[str]) -> None:
+        """Kill the engine's ``exec`` clients still attached to a removed container. A dead owner's clients
+        are orphans; most notice the removal and exit, but under gVisor one can hang on, a leaked process."""
+        binary = os.path.basename(self.engine[0])
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                argv = [a.decode(errors="replace") for a in Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")]
+            except OSError:
+                continue
+            if argv and os.path.basename(argv[0]) == binary and "exec" in argv[1:] and names & set(argv):
+                with contextlib.suppress(OSError):
+                    os.kill(int(entry), signal.SIGKILL)
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()

@@ -33,7 +33,7 @@ class ExportStats:
     skipped: Counter[str] = field(default_factory=Counter)
     checked_turns: int = 0
     drifted_turns: int = 0
-    token_drift_rate: float = 0.0
+    token_drift_rate: float | None = None  # None: no turn could be checked (not a measured 0.0)
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "skipped"}

@@ -165,13 +165,19 @@ def build_samples(rollout: Rollout, on_drift: DriftPolicy = "per_turn") -> Seque
     return result
 
 
-def token_drift_rate(results: list[SequenceResult]) -> float:
-    """Drifted turns over checked turns (turns after the first of a rollout); 0.0 when none were checked."""
+def token_drift_rate(results: list[SequenceResult]) -> float | None:
+    """Drifted turns over checked turns (turns after the first of a rollout); None when none were checked,
+    so a run of single-turn rollouts reads "not checked" rather than a drift of 0.0 that nothing measured."""
     checked = sum(r.checked for r in results)
-    return sum(len(r.drifts) for r in results) / checked if checked else 0.0
+    return sum(len(r.drifts) for r in results) / checked if checked else None
 
 
-def drift_summary(rollouts: list[Rollout]) -> dict[str, float | int]:
+def drift_text(rate: float | None) -> str:
+    """A drift rate for people: three decimals, or "not checked" when no turn could be checked."""
+    return "not checked" if rate is None else f"{rate:.3f}"
+
+
+def drift_summary(rollouts: list[Rollout]) -> dict[str, float | int | None]:
     """Token-fidelity figures of a run, for ``metrics.json``: how many turns could be checked for prefix
     contiguity and how many drifted (only rollouts whose model calls carry token ids count)."""
     results = [build_samples(r) for r in rollouts]

@@ -158,8 +158,8 @@
   const pieceText = (t, j) => (t.pieces ? t.pieces[j] : String(t.ids ? t.ids[j] : "?"));
   function renderTokens(tv) {
     const kids = [el("div", { cls: "legend", text: tv.n_generated + " generated tokens · mean logprob " + fmt(tv.mean_logprob) +
-      " · min " + fmt(tv.min_logprob) + " · drift checked on " + tv.checked_turns + " turn(s), " + tv.drifted_turns +
-      " drifted · colour: red = unlikely, green = likely" })];
+      " · min " + fmt(tv.min_logprob) + (tv.checked_turns ? " · drift checked on " + tv.checked_turns + " turn(s), " + tv.drifted_turns +
+      " drifted" : " · drift not checked (no later turn)") + " · colour: red = unlikely, green = likely" })];
     for (const t of tv.turns) {
       const head = [el("b", { text: "model call #" + t.call }),
                     el("span", { cls: "muted", text: "  prompt " + (t.prompt_len === null ? "?" : t.prompt_len) + " tokens · generated " + t.n })];
