@@ -77,6 +77,9 @@ def _read(path: str) -> bytes:
         return fh.read()
 
 
+REPO_PYPROJECT = str(Path(__file__).resolve().parents[2] / "pyproject.toml")
+
+
 def _exists(path: str) -> bool:
     return os.path.exists(path)
 
@@ -171,7 +174,7 @@ async def test_seccomp_and_namespaces_inside_local() -> None:
 
 async def test_landlock_confines_the_process_provider(tmp_path: object) -> None:
     provider = get_provider("process")
-    readable = "/work/main/pyproject.toml" if _exists("/work/main/pyproject.toml") else __file__
+    readable = REPO_PYPROJECT  # the repository's own file, outside the box
     async with await provider.create(SandboxSpec()) as box:
         r = await box.exec(["/bin/sh", "-c", f"cat {readable} >/dev/null && echo READ; echo ok > f && cat f"])
         assert "READ" not in r.stdout and "ok" in r.stdout, r
