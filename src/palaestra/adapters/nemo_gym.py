@@ -55,6 +55,30 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+def assistant_items(message: dict[str, Any], item_id: str, i: int) -> list[dict[str, Any]]:
+    """One assistant chat message as Responses output items: its text (when it has text or no tool
+    calls), then one ``function_call`` per tool call. Shared by the rollout export and by the ``response``
+    that NeMo Gym's verify reads (adapters/nemo_gym_server.py), so both speak the same Responses."""
+    items: list[dict[str, Any]] = []
+    text = _text(message.get("content"))
+    if text or not message.get("tool_calls"):
+        items.append({"id": item_id, "type": "message", "role": "assistant", "status": "completed",
+                      "content": [{"type": "output_text", "text": text, "annotations": []}]})
+    for j, tc in enumerate(message.get("tool_calls") or []):
+        fn = tc.get("function") or {}
+        args = fn.get("arguments", "{}")
+        items.append({"type": "function_call", "call_id": str(tc.get("id") or f"call_{i}_{j}"),
+                      "name": str(fn.get("name", "")), "status": "completed",
+                      "arguments": args if isinstance(args, str) else orjson.dumps(args).decode()})
+    return items
+
+
+def tool_output_item(message: dict[str, Any]) -> dict[str, Any]:
+    """A tool chat message as a Responses ``function_call_output`` item."""
+    return {"type": "function_call_output", "call_id": str(message.get("tool_call_id") or ""),
+            "output": _text(message.get("content"))}
+
+
 def _input_item(message: dict[str, Any]) -> dict[str, Any]:
     role = message.get("role") if message.get("role") in ("user", "assistant", "system", "developer") else "user"
     return {"role": role, "content": _text(message.get("content")), "type": "message"}
@@ -92,17 +116,7 @@ def turn_groups(rollout: Rollout, first: int) -> list[tuple[str, list[dict[str, 
             if m.get("reasoning_content"):
                 items.append({"id": f"rs_{rollout.rollout_id}_{i}", "type": "reasoning",
                               "summary": [{"type": "summary_text", "text": str(m["reasoning_content"])}]})
-            text = _text(m.get("content"))
-            if text or not m.get("tool_calls"):
-                items.append({"id": f"msg_{rollout.rollout_id}_{i}", "type": "message", "role": "assistant",
-                              "status": "completed",
-                              "content": [{"type": "output_text", "text": text, "annotations": []}]})
-            for j, tc in enumerate(m.get("tool_calls") or []):
-                fn = tc.get("function") or {}
-                args = fn.get("arguments", "{}")
-                items.append({"type": "function_call", "call_id": str(tc.get("id") or f"call_{i}_{j}"),
-                              "name": str(fn.get("name", "")), "status": "completed",
-                              "arguments": args if isinstance(args, str) else orjson.dumps(args).decode()})
+            items += assistant_items(m, f"msg_{rollout.rollout_id}_{i}", i)
             tokens = _token_fields(calls[turn] if turn < len(calls) else None)
             if tokens and items:
                 items[-1].update(tokens)
@@ -110,8 +124,7 @@ def turn_groups(rollout: Rollout, first: int) -> list[tuple[str, list[dict[str, 
             turn += 1
             continue
         if role == "tool":
-            item = {"type": "function_call_output", "call_id": str(m.get("tool_call_id") or ""),
-                    "output": _text(m.get("content"))}
+            item = tool_output_item(m)
         elif role in ("user", "system", "developer"):
             item = _input_item(m)
         else:

@@ -40,6 +40,7 @@ import orjson
 
 from palaestra.adapters import nemo_gym_references as nemo_refs
 from palaestra.adapters import nemo_gym_rows as nemo_rows
+from palaestra.adapters.nemo_gym import assistant_items, tool_output_item
 from palaestra.adapters.nemo_gym_launch import NemoServerProcess, names_model_server, server_dir
 from palaestra.core.environment import Environment
 from palaestra.core.errors import BadArguments, ConfigError, EnvironmentFailure, ToolError, UnknownTool
@@ -74,31 +75,15 @@ def nemo_row(task: Task) -> dict[str, Any]:
     return row
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(content or "")
-
-
 def response_body(task: Task, trajectory: Trajectory, prompt_length: int) -> dict[str, Any]:
     """The rollout after the prompt as a Responses ``response`` object, what NeMo Gym's verify reads."""
     items: list[dict[str, Any]] = []
     for i, m in enumerate(trajectory.messages[prompt_length:]):
         role = m.get("role")
         if role == "assistant":
-            text = _text(m.get("content"))
-            if text or not m.get("tool_calls"):
-                items.append({"id": f"msg_{i}", "type": "message", "role": "assistant", "status": "completed",
-                              "content": [{"type": "output_text", "text": text, "annotations": []}]})
-            for j, tc in enumerate(m.get("tool_calls") or []):
-                fn = tc.get("function") or {}
-                args = fn.get("arguments", "{}")
-                items.append({"type": "function_call", "call_id": str(tc.get("id") or f"call_{i}_{j}"),
-                              "name": str(fn.get("name", "")), "status": "completed",
-                              "arguments": args if isinstance(args, str) else orjson.dumps(args).decode()})
+            items += assistant_items(m, f"msg_{i}", i)
         elif role == "tool":
-            items.append({"type": "function_call_output", "call_id": str(m.get("tool_call_id") or ""),
-                          "output": _text(m.get("content"))})
+            items.append(tool_output_item(m))
     request = nemo_row(task)["responses_create_params"]
     return {"id": f"resp_{task.id}", "object": "response", "created_at": int(time.time()),
             "model": "palaestra", "output": items, "tools": request.get("tools", []),
