@@ -99,6 +99,9 @@ async def test_runtime_killed_mid_exec_then_cleanup(target: Target, tmp_path: Pa
         assert not pids_of_uid(info["uid"])
     if info["container"]:
         assert not containers_named(target.provider, info["container"]), "the container survived"
+        deadline = time.monotonic() + 30  # a SIGKILLed monitor or exec client is gone once the kernel reaps it
+        while procs_with(info["container"]) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         assert not procs_with(info["container"]), "a process naming the container survived"
 
 

@@ -243,12 +243,14 @@ class DockerProvider(SandboxProvider):
         except (OSError, subprocess.SubprocessError):
             pass
         if names:
-            self._kill_exec_clients(names)
+            self._kill_attached(names)
         return removed
 
-    def _kill_exec_clients(self, names: set[str]) -> None:
-        """Kill the engine's ``exec`` clients still attached to a removed container. A dead owner's clients
-        are orphans; most notice the removal and exit, but under gVisor one can hang on, a leaked process."""
+    def _kill_attached(self, names: set[str]) -> None:
+        """Kill the processes still attached to a removed container: the engine's ``exec`` clients and
+        podman's ``conmon`` monitors (one per container and per exec session, each naming the container).
+        A dead owner's clients are orphans; most notice the removal and exit, but under load or gVisor one
+        can hang on, a leaked process."""
         binary = os.path.basename(self.engine[0])
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
@@ -257,7 +259,9 @@ class DockerProvider(SandboxProvider):
                 argv = [a.decode(errors="replace") for a in Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")]
             except OSError:
                 continue
-            if argv and os.path.basename(argv[0]) == binary and "exec" in argv[1:] and names & set(argv):
+            program = os.path.basename(argv[0]) if argv else ""
+            attached = (program == binary and "exec" in argv[1:]) or program == "conmon"
+            if attached and names & set(argv):
                 with contextlib.suppress(OSError):
                     os.kill(int(entry), signal.SIGKILL)
 
