@@ -154,6 +154,24 @@ async def test_tests_arrive_after_the_agent_and_run_in_its_container(base_image:
     assert verdict.metadata["image"]["engine"] == "docker"
 
 
+async def test_a_server_the_agent_leaves_running_is_there_for_the_tests(base_image: str, tmp_path: Path) -> None:
+    """Harbor's agent types into tmux, so what it starts in the background (a web server, a daemon) is still
+    running when the tests probe it; a Palaestra exec that killed it would score a right solution 0."""
+    test = ('#!/bin/bash\nif kill -0 "$(cat /var/tmp/server.pid)" 2>/dev/null; then\n'
+            '  echo 1 > /logs/verifier/reward.txt\nelse\n  echo 0 > /logs/verifier/reward.txt\nfi\n')
+    [task] = import_harbor(_task(tmp_path / "server", test)).tasks
+    env = HarborEnvironment("docker", base_image=base_image, build_network="none")
+    state = await env.seed(task)
+    try:
+        cmd = "mkdir -p /var/tmp; sleep 600 & echo $! > /var/tmp/server.pid"
+        started = await env.call_tool(state, "run", {"cmd": cmd})
+        assert "killed" not in started, started
+        verdict = await env.verify(state, Trajectory())
+    finally:
+        await env.close(state)
+    assert verdict.reward == 1.0, verdict
+
+
 async def test_a_test_that_needs_a_host_is_needs_network(base_image: str, tmp_path: Path) -> None:
     test = ("#!/bin/bash\nwget -q -O /tmp/uv.sh http://astral.example.invalid/uv/install.sh && sh /tmp/uv.sh\n"
             "uvx pytest /tests && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")

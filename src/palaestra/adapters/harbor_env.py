@@ -155,7 +155,7 @@ class HarborEnvironment(Terminal):
                            cpus=float(harbor["cpus"]) if harbor.get("cpus") else None, pids=4096, disk_mb=None,
                            env={"HOME": home}, network=_network(task), open_files=open_files_limit(),
                            labels=labels_for(self.name, task, run_id=self.run_id, role="task"),
-                           lifetime_s=td.agent_timeout_s + td.verifier_timeout_s + 600)
+                           lifetime_s=td.agent_timeout_s + td.verifier_timeout_s + 600, keep_background=True)
         box = await task_provider(self.engine[0], image.user).create(spec)
         try:  # a minimal base may lack a home directory; a podman build may leave WORKDIR uncreated
             made = await box.exec(["/bin/sh", "-c", 'mkdir -p "$HOME" "$1"', "sh", image.workdir], timeout=60, cwd="/")

@@ -61,6 +61,7 @@ def docker_exec_args(container: str, *, user: str, cwd: str | None, env: Mapping
     return [*args, container]
 
 _WRAP = '"$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
+_WRAP_KEEP = '"$@"'  # keep_background: what the command left running stays until close
 
 
 async def cli(binary: str, *args: str, stdin: bytes | None = None, timeout: float = 60.0,
@@ -118,7 +119,7 @@ class DockerSandbox(Sandbox):
                                  self.spec.env, env)
             args = self.provider.exec_args(self.name, user=self.provider.user, cwd=self.inner_path(cwd or "."),
                                            env=full_env, interactive=stdin is not None)
-            args += ["/bin/sh", "-c", _WRAP, "sh", *argv]
+            args += ["/bin/sh", "-c", _WRAP_KEEP if self.spec.keep_background else _WRAP, "sh", *argv]
             before = self._cg.counters()
 
             async def kill_tree(pid: int) -> None:

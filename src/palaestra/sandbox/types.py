@@ -45,6 +45,10 @@ class SandboxSpec:
     root filesystem (local). Without either, local/process sandboxes see the host's ``/usr`` and
     ``/etc`` read-only. ``files`` are seeded into ``workdir`` (relative paths) before the first exec.
     ``labels`` carry the run and rollout ids (``run_id``, ``rollout_id``) so a leftover can be traced.
+    ``keep_background``: what an exec starts in the background outlives the exec, until the sandbox
+    closes (container providers only). By default everything an exec started dies with it; a task whose
+    agent starts a server that its tests then probe needs it kept, as Harbor keeps it (its agent types into
+    tmux). A timed-out exec still takes every process of the sandbox with it.
     """
 
     image: str | None = None
@@ -64,6 +68,7 @@ class SandboxSpec:
     mounts: tuple[Mount, ...] = ()
     output_cap_bytes: int = 1 << 20
     output_kill_bytes: int = 32 << 20
+    keep_background: bool = False
 
     def __post_init__(self) -> None:
         if not self.workdir.startswith("/") or ".." in self.workdir.split("/"):
