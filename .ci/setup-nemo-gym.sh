@@ -3,7 +3,9 @@
 #   - tests/adapters/test_nemo_gym.py reads our `export nemo-gym` files back with NeMo Gym's own code;
 #   - bench/side_by_side.py runs NeMo Gym beside Palaestra on the same fake model and rows.
 #   - tests/parity/test_nemo_parity.py scores rows with NeMo Gym's own verifiers (mcqa, gpqa_diamond,
-#     math_with_judge) against Palaestra's.
+#     math_with_judge) against Palaestra's; tests/parity/test_nemo_parity_families.py does the same for
+#     structured_outputs, the tool-call servers, reasoning_gym, bunsenbench and polymath, whose verifiers
+#     need the PyPI packages `server_deps` installs (openapi-schema-validator, reasoning-gym, ...).
 #   - `--env nemo_gym:<server>` and bench/nemo_gym_families.py run NeMo Gym's resources servers as they
 #     are; `server_deps` below installs the PyPI packages their own requirements.txt files name.
 # Both find the venv through tests/fixtures/nemo_gym.py (the same default location as here).

@@ -131,7 +131,8 @@ _KINDS: list[tuple[str, str]] = [  # a reason that is not typed yet → its type
     (r"pocketshell", "missing_package: pocketshell"),
     (r"source: not found", "needs_bash: its start-up runs `source` under /bin/sh"),
     (r"_ensure_nltk_data|nltk", "missing_data: NLTK data it downloads at first use"),
-    (r"did not start: (?:WARNING:[^\n]*\n)*([^;]{0,140})", "start_failed: {0}"),  # the last resort
+    (r"did not start(?: \(exit status (-?\d+)\))?: (?:WARNING:[^\n]*\n)*([^;]{0,140})",
+     "start_failed: exit status {0}: {1}"),  # the last resort
 ]
 
 
@@ -157,6 +158,8 @@ def cause(messages: list[str]) -> str:
         if found is not None:
             return template.format(*found.groups())
     lines = [ln.strip(" |") for ln in text.splitlines() if re.match(r"^[\s|]*\w[\w.]*(Error|Exception|Exit)\b", ln)]
+    if "did not start" in text and lines:  # a start-up traceback: its own last exception line says why
+        return f"start_failed: {lines[-1][:160]}"
     if any(re.search(pattern, text) for pattern, _ in _KINDS):  # a known shape names the kind
         return typed(text)
     last = lines[-1] if lines else (text.splitlines()[0] if text else "")
@@ -298,9 +301,12 @@ def markdown(table: list[dict[str, Any]], argv: list[str], seconds: float | None
         "`palaestra.adapters.nemo_gym_families.FAMILIES` to its native environment or, where there is none, to "
         "NeMo Gym's own resources server (`nemo_gym:<server>`, whose own verify gives the reward), and run with "
         "`--model scripted:oracle`: the native reference, the answer the row carries (*policy* `reference: "
-        "<field>`), or a fixed reply where the row carries none. A NeMo server whose verify calls a model gets "
-        f"`{DEFAULT_JUDGE}` on 127.0.0.1 (*judge*); native judge rows the offline keyword matcher. One attempt "
-        "per rollout" + (f"; the whole run took {seconds / 60:.0f} min." if seconds else "."),
+        "<field>`), or a fixed reply where the row carries none (the first `<action>` its prompt shows, where it "
+        "shows one: a move a game server can apply). A NeMo server whose verify calls a model gets "
+        f"`{DEFAULT_JUDGE}` on 127.0.0.1 (*judge*: a fixed reply, in the JSON shape of the schema a request "
+        "names in `response_format`); native judge rows the offline keyword matcher. A server defined only in a "
+        "config variant runs with the variant that defines the rows' agent (`nemo_gym_launch.config_path`). "
+        "One attempt per rollout" + (f"; the whole run took {seconds / 60:.0f} min." if seconds else "."),
         "",
         f"**{len(scoring)} of {len(table)} families score their rows** "
         f"({100.0 * len(scoring) / max(1, len(table)):.0f} %;"
@@ -381,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
             by_family.update({ln["family"]: ln for ln in found})
             seconds += float(run.get("seconds") or 0.0)
             runs.append(f"{len(found)} families in {float(run.get('seconds') or 0.0) / 60:.0f} min")
-        shown = ["--json"] + ([f"(then again for the families that did not score; merged with --render: "
-                               f"{'; '.join(runs)})"] if len(runs) > 1 else [])
+        shown = ["--json"] + ([f"(then again for the families later fixes touched; merged with --render, a later "
+                               f"run winning: {'; '.join(runs)})"] if len(runs) > 1 else [])
         table = [by_family[k] for k in sorted(by_family)]
     else:
         table = asyncio.run(main_async(args))

@@ -49,8 +49,11 @@ CAPABILITIES: dict[str, str] = {
     "browser": "Chromium and the playwright package (.ci/setup-browser.sh, the [dev] extra)",
     "local-model": "the [local] extra and the default local model's weights",
     "trl": "the [trl] extra (TRL's GRPOTrainer)",
+    "verl": "the [verl] extra and VeRL itself (`pip install --no-deps verl==0.9.1`, as .ci/run does)",
+    "skyrl": "the [skyrl] extra (skyrl-gym)",
     "nemo-gym": "a NeMo Gym install (.ci/setup-nemo-gym.sh)",
     "langgraph": "the [langgraph] extra",
+    "sdk": "the [sdk] extra (openai-agents, smolagents, strands-agents)",
     "reasoning-gym": "the [reasoning] extra",
     "pyarrow": "the [parquet] extra",
     "openenv": "the [openenv] extra",
@@ -62,6 +65,42 @@ CAPABILITIES: dict[str, str] = {
     "wandb": "the [wandb] extra",
     "python3.11": "Python >= 3.11",
 }
+
+
+_PROCESS_ENVIRON = os.environ
+
+
+@pytest.fixture(autouse=True)
+def _process_environ_kept(request: pytest.FixtureRequest) -> Generator[None, None, None]:
+    """``datasets``' ``map(num_proc=...)`` (VeRL's dataset load goes through it) replaces ``os.environ`` with a
+    copy; whatever bound the original at import (rich's Console reads ``COLUMNS`` from it) then stops seeing
+    changes. After each test, the process's own mapping is put back, holding what the copy held."""
+    yield
+    if os.environ is not _PROCESS_ENVIRON:
+        import warnings
+
+        warnings.warn(f"{request.node.nodeid} left os.environ replaced by a {type(os.environ).__name__}; "
+                      "the original is put back", stacklevel=1)
+        current = dict(os.environ)
+        for key in set(_PROCESS_ENVIRON) - set(current):
+            del _PROCESS_ENVIRON[key]
+        _PROCESS_ENVIRON.update(current)
+        os.environ = _PROCESS_ENVIRON  # noqa: B003 (the original object back, its contents already set)
+
+
+@pytest.fixture(scope="session")
+def local_model_path() -> Path:
+    """The default local model's weights (SmolLM2), or a skip naming what is missing: a module of the
+    [local] extra, or the weights (a CI machine fetches them in .ci/run)."""
+    for module in ("torch", "transformers", "gguf", "llguidance"):
+        pytest.importorskip(module, reason=f"local-model: {module} is not installed (the [local] extra)")
+    from palaestra.core.errors import ConfigError
+    from palaestra.models.local.weights import resolve
+
+    try:
+        return Path(resolve(None, pull=True, notify=lambda _: None).path)
+    except ConfigError as exc:
+        pytest.skip(f"local-model: the default local model's weights are unavailable: {exc}")
 
 
 @pytest.fixture

@@ -303,6 +303,7 @@ async def _groups(tasks: Sequence[TaskLike] | None, k: int, max_in_flight: int, 
     from palaestra.core.secrets import redact_url
     from palaestra.models.factory import make_backend
     from palaestra.rollout.models import needs_reference
+    from palaestra.server.continuation import with_continuation
     from palaestra.train.rollout_service import RolloutService
     from palaestra.train.service_types import JobSpec, PolicyEndpoint
 
@@ -312,9 +313,9 @@ async def _groups(tasks: Sequence[TaskLike] | None, k: int, max_in_flight: int, 
         cfg, selected, _ = _collect_config(tasks, options, Path(scratch))
     own = backend is None
     if backend is None:
-        backend = make_backend(cfg.model, model_name=cfg.model_name, api_key_env=cfg.api_key_env,
-                               api_key_file=cfg.api_key_file, capture_tokens=cfg.capture_tokens, seed=cfg.seed or 0,
-                               max_concurrency=max_in_flight)
+        backend = with_continuation(make_backend(
+            cfg.model, model_name=cfg.model_name, api_key_env=cfg.api_key_env, api_key_file=cfg.api_key_file,
+            capture_tokens=cfg.capture_tokens, seed=cfg.seed or 0, max_concurrency=max_in_flight))
     label = redact_url(cfg.model) if own else str(getattr(backend, "name", "") or type(backend).__name__)
     groups_in_flight = max(1, max_in_flight // k)
     spec = JobSpec.model_validate({

@@ -24,7 +24,7 @@ from palaestra.rollout import rundir
 from palaestra.rollout.collector import Collector, ProgressFn, check_size, plan
 from palaestra.rollout.config import RunConfig, effective_settings, env_options
 from palaestra.rollout.journal import read_journal
-from palaestra.rollout.results import env_metrics, expected_counts, read_rollouts
+from palaestra.rollout.results import JournalRead, env_metrics, expected_counts, read_run_journal
 from palaestra.rollout.selection import select_tasks
 from palaestra.rollout.tasks import read_tasks, write_tasks
 from palaestra.settings import Settings
@@ -53,11 +53,13 @@ class RunResult:
 
 
 def write_metrics(run_dir: Path, tasks: list[Task], repeats: int,
-                  prices: dict[str, float] | None = None) -> dict[str, Any]:
+                  prices: dict[str, float] | None = None, *, journal: JournalRead | None = None) -> dict[str, Any]:
     """Metrics from the journal, written to metrics.json. Every journal line that could not be read is
     counted in ``journal_unreadable`` and described (with its line) in ``journal_problems`` (not JSON)
-    or ``invalid_records`` (JSON, not a Rollout)."""
-    records, rollouts, problems, invalid = read_rollouts(run_dir / rundir.JOURNAL)
+    or ``invalid_records`` (JSON, not a Rollout). ``journal``: the journal as already read (the end of a
+    run reads it once for the metrics and the report); read here when not given."""
+    read = journal if journal is not None else read_run_journal(run_dir / rundir.JOURNAL)
+    records, rollouts, problems, invalid = read.records, read.rollouts, read.problems, read.invalid
     parsed: list[Rollout | dict[str, Any]] = list(rollouts)
     metrics = compute_metrics(parsed, expected_counts(tasks, repeats))
     metrics["invalid_records"] = invalid
@@ -138,17 +140,19 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
     if on_start:
         on_start(len(tasks) * cfg.repeats, already)
     if pending:
-        if cfg.cluster:  # the same loop, with each attempt run by a worker actor on Ray (cluster/driver.py)
-            from palaestra.cluster.driver import RayCollector
+        if cfg.cluster:  # the same loop, run by worker processes here or worker actors on Ray (cluster/)
+            from palaestra.cluster import cluster_collector
 
-            await RayCollector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
+            await cluster_collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
         else:
             await Collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
-    metrics = write_metrics(run_dir, tasks, cfg.repeats, cfg.model_prices)
+    journal = read_run_journal(run_dir / rundir.JOURNAL)  # one read of the journal feeds metrics and report
+    metrics = write_metrics(run_dir, tasks, cfg.repeats, cfg.model_prices, journal=journal)
+    journal.rollouts.clear()  # the report reads the records only: free the validated copies first (peak RSS)
     try:
         from palaestra.report import write_report
 
-        write_report(run_dir)
+        write_report(run_dir, journal=journal)
     except Exception as exc:  # the run's data is safe in the journal; a report bug must not fail the run
         log.warning("could not write report.html for %s: %s: %s", run_dir, type(exc).__name__, exc)
     unreadable = list(metrics.get("journal_problems") or []) + list(metrics.get("invalid_records") or [])

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -317,6 +318,35 @@ def test_tool_env_with_state_scores_under_nemo_gyms_collection(collected: Simple
     assert collected.faces["mcqa"]["sessions"] == 0
 
 
+def test_nemo_gyms_rollouts_reverify_statelessly_to_the_rewards_it_recorded(collected: SimpleNamespace) -> None:
+    """What ``gym eval reverify`` does with a server whose ``/reverify_mode`` is ``stateless``: every rollout
+    NeMo Gym collected, its row and recorded response, sent to ``/verify`` of a fresh face with no session.
+    The face seeds anew, replays the response's tool calls (workplace state is rebuilt by them) and grades:
+    the same reward as recorded. A workplace rollout with its tool calls taken out no longer scores in full:
+    the reward comes from the replayed state, not from anything the record says."""
+    rows = {key(r): r for r in collected.rows}
+    checked: Counter[str] = Counter()
+    with serve_app(create_nemo_face_app(MCQA()), lifespan="on") as mcqa_url, \
+            serve_app(create_nemo_face_app(load_env("workplace")), lifespan="on") as wp_url:
+        for r in collected.results:
+            if r.get("mask_sample"):
+                continue
+            family = "workplace" if key(r).startswith("workplace") else "mcqa"
+            url = wp_url if family == "workplace" else mcqa_url
+            again = httpx.post(url + "/verify", json={**rows[key(r)], "response": r["response"]}, timeout=120).json()
+            assert not again.get("mask_sample") and again["reward"] == r["reward"], (key(r), again)
+            checked[family] += 1
+        full = [r for r in collected.results if key(r).startswith("workplace") and r["reward"] == 1.0
+                and any(it["type"] == "function_call" for it in r["response"]["output"])]
+        assert full, "no workplace rollout scored in full with tool calls: nothing to take the calls out of"
+        for r in full:
+            bare = {**r["response"], "output": [it for it in r["response"]["output"]
+                                                if it["type"] not in ("function_call", "function_call_output")]}
+            again = httpx.post(wp_url + "/verify", json={**rows[key(r)], "response": bare}, timeout=120).json()
+            assert not again.get("mask_sample") and again["reward"] < 1.0, (key(r), again)
+    assert checked["mcqa"] >= 4 and checked["workplace"] >= len(full) >= 1
+
+
 # ---- the face without NeMo Gym (always runs) ---------------------------------------------------------
 def oracle_output(env: Any, task: Task, client: httpx.Client) -> list[dict[str, Any]]:
     """Run the task's reference through the face's tool routes; the Responses output NeMo Gym's agent
@@ -365,6 +395,26 @@ def test_face_speaks_nemo_gyms_resources_protocol_with_typed_failures() -> None:
             {**done, "_ng_task_index": 0}, {**again, "_ng_task_index": 1}, {**crashed, "_ng_task_index": 2}]}).json()
         assert metrics["agent_metrics"] == {"mean/reward": 0.5, "num_rollouts": 2, "num_tasks": 2, "num_masked": 1}
         assert c.get("/reverify_mode").json() == "stateless"
+
+
+def test_the_face_tells_the_rows_history_from_the_models_reply() -> None:
+    """NeMo Gym's tool-use rows carry a history: reasoning items, earlier function calls and their outputs.
+    Graded at the face's stateless ``/verify``, a text reply scores where the row expects a message and not
+    where it expects a call: the calls of the history are not the model's. (The face once translated the
+    history without its reasoning items, so the trajectory did not begin with the task's prompt and
+    ``tool_call`` counted the history's calls as the reply's.)"""
+    path = Path(__file__).parents[1] / "fixtures" / "data" / "nemo_gym"
+    path = path / "single_step_tool_use_with_argument_comparison.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert all(any(i.get("type") == "reasoning" for i in r["responses_create_params"]["input"]) for r in rows)
+    reply = {"output": [{"type": "message", "role": "assistant",
+                         "content": [{"type": "output_text", "text": "Could you tell me more?"}]}]}
+    with serve_app(create_nemo_face_app(load_env("tool_call")), lifespan="on") as url:
+        c = httpx.Client(base_url=url)
+        got = [c.post("/verify", json={**row, "response": reply}).json() for row in rows]
+    assert not any(g.get("mask_sample") for g in got), got
+    want = [0.0 if r["expected_action"]["type"] == "function_call" else 1.0 for r in rows]
+    assert [g["reward"] for g in got] == want and set(want) == {0.0, 1.0}
 
 
 async def test_at_the_session_cap_a_seed_waits_then_fails_typed() -> None:

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
@@ -179,3 +180,36 @@ def test_collector_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_pa
         assert r["verdict"]["reward"] == _expected_reward(tasks[r["task_id"]]["metadata"], r["trajectory"]) == 1.0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["overall"]["coverage"] == 1.0 and metrics["overall"]["mean_reward"] == 1.0
+    _reverify_replays_the_calls_on_fresh_nemo_gym_sessions(out, tasks, tmp_path / "doctored")
+
+
+def _reverify(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    done = subprocess.run([sys.executable, "-m", "palaestra.cli.main", "eval", "reverify", str(run_dir)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    diff = [json.loads(line) for line in (run_dir / "reverify_diff.jsonl").read_text().splitlines() if line]
+    return diff, json.loads((run_dir / "metrics.reverify.json").read_text())
+
+
+def _reverify_replays_the_calls_on_fresh_nemo_gym_sessions(out: Path, tasks: dict[str, Any], doctored: Path) -> None:
+    """``eval reverify`` of the resumed run: each trajectory's tool calls are replayed on a fresh session of
+    NeMo Gym's server (its counter state is rebuilt by them) and NeMo Gym's verify gives the same verdicts.
+    With the increments taken out of the stored trajectories, the replayed state falls short and the
+    verdicts change: the reward comes from the replayed session, not from the journal."""
+    diff, metrics = _reverify(out)
+    assert diff == [] and metrics["overall"]["mean_reward"] == 1.0 and metrics["overall"]["coverage"] == 1.0
+    shutil.copytree(out, doctored)
+    journal = doctored / "rollouts.jsonl"
+    lines = []
+    for line in journal.read_text().splitlines():
+        record = json.loads(line)
+        if isinstance(record.get("trajectory"), dict):
+            calls = record["trajectory"].get("tool_calls") or []
+            record["trajectory"]["tool_calls"] = [c for c in calls if c.get("name") != "increment_counter"]
+        lines.append(json.dumps(record))
+    journal.write_text("\n".join(lines) + "\n")
+    diff, metrics = _reverify(doctored)
+    moved = {t for t, row in tasks.items() if row["metadata"]["initial_count"] != row["metadata"]["expected_count"]}
+    assert moved, "every example task needs increments: nothing for reverify to tell apart"
+    assert {d["task_id"] for d in diff} == moved and all(d["after"]["reward"] == 0.0 for d in diff)
+    assert metrics["overall"]["coverage"] == 1.0

@@ -49,6 +49,14 @@ async def files_env() -> AsyncIterator[Any]:
     await mounted.stop()
 
 
+@pytest.fixture
+async def terminal() -> AsyncIterator[Any]:
+    """Palaestra's terminal environment, in process: the task set the CLI harnesses are tried on."""
+    mounted = await mount_env("terminal", "inprocess")
+    yield mounted.client
+    await mounted.stop()
+
+
 class CountingScripted(ScriptedBackend):
     """The scripted model, counting the calls that reached it: what the proxy served, to compare with
     the model calls the trajectory recorded."""

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from palaestra.agents.external import CodexAdapter
 from palaestra.envs.terminal.env import Terminal
-from palaestra.placement import mount_env
 
 from .conftest import SHELL_STEP, require_cli, run_cli
 
@@ -41,13 +37,6 @@ async def test_codex_runs_scripted_command_and_hands_files_back(files_env: Any) 
     assert r.verdict is not None and r.verdict.passed
     assert ("write_file", {"path": "made.txt", "content": "seeded\nhi\n"}) in [
         (c.name, c.arguments) for c in traj.tool_calls]
-
-
-@pytest.fixture
-async def terminal() -> AsyncIterator[Any]:
-    mounted = await mount_env("terminal", "inprocess")
-    yield mounted.client
-    await mounted.stop()
 
 
 async def test_codex_solves_a_terminal_task_graded_in_the_envs_sandbox(terminal: Any) -> None:

@@ -7,7 +7,6 @@ OpenCode's and Kilo's bash tool requires a ``description`` argument; Pi's has no
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,18 +14,10 @@ import pytest
 from palaestra.agents.external import KiloCodeAdapter, OpenCodeAdapter, PiAdapter
 from palaestra.agents.external.adapter import CLIAdapter
 from palaestra.envs.terminal.env import Terminal
-from palaestra.placement import mount_env
 
 from .conftest import CountingScripted, require_cli, run_cli
 
 COMMAND = "chmod +x tools/run.sh && ./tools/run.sh"
-
-
-@pytest.fixture
-async def terminal() -> AsyncIterator[Any]:
-    mounted = await mount_env("terminal", "inprocess")
-    yield mounted.client
-    await mounted.stop()
 
 
 @pytest.mark.parametrize(("adapter_cls", "step_args"), [

@@ -34,7 +34,8 @@ pytestmark = pytest.mark.timeout(WAIT_S + 60)
 
 # Knobs the scripts read from the environment: a caller's own values must not leak into the smoke sizes.
 KNOBS = ("N", "ENV", "COLLECT_N", "IN_FLIGHT", "ROLLOUTS", "LATENCY_MS", "CONCURRENCY", "WORKERS", "PLACEMENT",
-         "FAILURE_RATE", "FLOOR_N", "ROUNDS")
+         "FAILURE_RATE", "FLOOR_N", "ROUNDS", "IDLE", "CONC", "MAX_CONC",
+         "RAY")
 
 
 def _modules(*names: str) -> Callable[[], str | None]:
@@ -68,9 +69,11 @@ CASES: dict[str, Case] = {
     "overhead_core": Case("overhead.py", ["core", "--tiny"]),
     "overhead_http": Case("overhead.py", ["http", "--tiny"]),
     "overhead_floor": Case("overhead.py", ["floor", "--tiny"]),
-    "sandbox": Case("sandbox.py", ["local", "process"], {"N": "2"}),
-    "scale": Case("scale.py", [], {"N": "8", "CONCURRENCY": "4", "LATENCY_MS": "10", "WORKERS": "1"},
-                  capability="ray", missing=_modules("ray")),
+    "sandbox": Case("sandbox.py", ["local", "process", "--table"],
+                    {"N": "2", "IDLE": "2", "CONC": "2", "MAX_CONC": "4"}),
+    "scale": Case("scale.py", [], {"N": "8", "CONCURRENCY": "4", "LATENCY_MS": "10", "WORKERS": "1", "RAY": "1",
+                                   "ROUNDS": "1"}, capability="ray", missing=_modules("ray")),
+    "scale_local": Case("scale.py", [], {"N": "40", "CONCURRENCY": "8", "WORKERS": "1,2", "ROUNDS": "2"}),
     "viewer": Case("viewer.py", ["--n", "300"] + ([] if _browser() else ["--no-browser"])),
 }
 
@@ -208,15 +211,37 @@ def test_sandbox(started: dict[str, Started | str]) -> None:
                 assert 0 < fig[key]["min_ms"] <= fig[key]["median_ms"]
             cycle = fig["create_exec_close"]  # a whole sandbox's life: create + exec + close
             assert 0 < cycle["p50_ms"] <= cycle["p99_ms"] and cycle["per_s"] > 0
+            assert fig["idle"]["sandboxes"] == 2 and fig["idle"]["pss_mb_per_sandbox"] >= 0
+            conc = fig["concurrent"]  # 2 at once, then 4: both waves must succeed on any machine
+            assert (conc["n"], conc["failed"], conc["most_concurrent"], conc["max_tried"]) == (2, 0, 4, 4)
+            assert conc["wall_s"] > 0 and conc["at_most"]["n"] == 4
         else:
             assert fig["skipped"]  # a provider this machine lacks is reported as such, not benchmarked
 
 
 def test_scale(started: dict[str, Started | str]) -> None:
-    [fig] = figures(started, "scale")
+    [round0, fig] = figures(started, "scale")
     assert fig["bench"] == "scale" and fig["rollouts"] == 8 and fig["concurrency"] == 4
-    for run in ("single_process", "ray_1_workers"):
-        assert fig[run]["scored"] == 8 and fig[run]["mean_reward"] == 1.0 and fig[run]["rollouts_per_s"] > 0
+    for run in ("one_process", "local_1_workers", "ray_1_workers"):
+        assert round0[run]["scored"] == 8 and round0[run]["mean_reward"] == 1.0 and round0[run]["rollouts_per_s"] > 0
+        assert fig[run]["steady_rollouts_per_s_median"] > 0
+
+
+def test_scale_local(started: dict[str, Started | str]) -> None:
+    """One collector process against 1 and 2 worker processes, interleaved: every run scores every slot
+    once, the two workers share the work, and the summary's ratios are those of the rounds."""
+    *rounds, fig = figures(started, "scale_local")
+    assert fig["bench"] == "scale" and fig["rollouts"] == 40 and fig["rounds"] == len(rounds) == 2
+    for r in rounds:
+        for run in ("one_process", "local_1_workers", "local_2_workers"):
+            assert r[run]["scored"] == r[run]["distinct_slots"] == 40 and r[run]["mean_reward"] == 1.0
+            assert r[run]["steady_rollouts_per_s"] > 0 and r[run]["cpu_ms_per_rollout"] > 0
+        by_worker = r["local_2_workers"]["rollouts_by_worker"]
+        assert sum(by_worker) == 40 and len(by_worker) == 2
+        assert r["local_2_workers"]["ratio"] == pytest.approx(
+            r["local_2_workers"]["steady_rollouts_per_s"] / r["one_process"]["steady_rollouts_per_s"], abs=0.01)
+    ratios = sorted(r["local_2_workers"]["ratio"] for r in rounds)
+    assert fig["local_2_workers"]["ratio_range"] == [ratios[0], ratios[-1]]
 
 
 def test_viewer(started: dict[str, Started | str]) -> None:

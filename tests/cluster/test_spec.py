@@ -76,3 +76,20 @@ def test_a_lost_attempt_is_a_failure_never_a_score() -> None:
     assert record.outcome.status == "failed" and record.outcome.kind == "agent" and record.reward is None
     assert (record.task_id, record.repeat, record.attempt, record.tags) == ("t1", 1, 2, ["x"])
     assert "secret" not in record.model
+
+
+def test_local_is_worker_processes_on_this_machine() -> None:
+    assert parse_cluster("local") == ClusterSpec(backend="local")  # workers: one per CPU, decided at run time
+    assert parse_cluster("local?workers=2") == ClusterSpec(backend="local", workers=2)
+    assert parse_cluster("ray:local").backend == "ray"
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("local?workers=0", "must be positive"),
+    ("local?workers=two", "not a number"),
+    ("local?env_replicas=2", "not one of local's"),
+])
+def test_bad_local_values_say_what_is_wrong(value: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says) as info:
+        parse_cluster(value)
+    assert "local?workers=N" in (info.value.hint or "")

@@ -172,3 +172,40 @@ def test_invalid_tasks_name_the_problem(metadata: dict[str, object], needle: str
 def test_info_describes_a_single_turn_env_without_tools() -> None:
     info = MCQA().info()
     assert info["name"] == "mcqa" and info["tools"] == [] and info["mechanism"] == "single-turn"
+
+
+def test_a_task_checked_once_is_not_checked_again_by_another_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run checks each row when it selects rows and again when the row's session opens, on two MCQA
+    instances; the second check (and every later use of the options) reuses the first. A row that fails
+    is never remembered, so every instance refuses it again, by name."""
+    checks: list[str] = []
+    real = MCQA._checked_options
+
+    def counted(self: MCQA, task: Task) -> object:
+        checks.append(task.id)
+        return real(self, task)
+
+    monkeypatch.setattr(MCQA, "_checked_options", counted)
+    task = _task(options=[{"A": "red"}, {"B": "blue"}], expected_answer="B")
+    task = task.model_copy(update={"id": "memo-shared"})
+    selection, sessions = MCQA(), MCQA(nemo_compat=True)
+    selection.check_task(task)
+    sessions.check_task(task)
+    assert "B) blue" in sessions.prompt(task)[-1]["content"]
+    assert sessions.verify(task, _say(sessions, task, "\\boxed{B}")).reward == 1.0
+    assert checks == ["memo-shared"]
+    equal = task.model_copy()  # an equal task that is another object is checked on its own
+    sessions.check_task(equal)
+    assert checks == ["memo-shared", "memo-shared"]
+
+    bad = _task(options=[{"A": "red"}], expected_answer="Z").model_copy(update={"id": "memo-bad"})
+    for env in (selection, sessions):
+        with pytest.raises(InvalidTask, match="memo-bad"):
+            env.check_task(bad)
+    assert checks.count("memo-bad") == 2
+
+    class Strict(MCQA):  # a subclass keeps its own memo: its check may differ
+        pass
+
+    Strict().check_task(task)
+    assert checks.count("memo-shared") == 3

@@ -5,6 +5,7 @@ model's, and every rollout took more than one turn."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,17 +17,9 @@ pytestmark = pytest.mark.timeout(1800)  # ~1-2 min on 2 idle cores; a loaded mac
 
 
 @pytest.fixture(scope="module")
-def model_path() -> str:
-    for module in ("torch", "transformers", "llguidance"):
-        pytest.importorskip(module, reason=f"local-model: {module} is not installed (the [local] extra)")
+def model_path(local_model_path: Path) -> str:
     pytest.importorskip("trl", reason="trl: TRL is not installed (the [trl] extra)")
-    from palaestra.core.errors import ConfigError
-    from palaestra.models.local.weights import resolve
-
-    try:
-        return str(resolve(None, pull=True, notify=lambda _: None).path)
-    except ConfigError as exc:
-        pytest.skip(f"local-model: the default local model's weights are unavailable: {exc}")
+    return str(local_model_path)
 
 
 def _unpad(ids: Any, mask: Any) -> list[int]:

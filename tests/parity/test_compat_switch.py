@@ -115,3 +115,73 @@ def test_a_run_file_turns_nemo_compat_on_for_the_run() -> None:
     assert isinstance(mcqa, MCQA) and mcqa.nemo_compat and isinstance(math, MathEnv) and math.nemo_compat
     default = load_env("mcqa", env_options(RunConfig()))
     assert isinstance(default, MCQA) and not default.nemo_compat
+
+
+def _tool_row(**extra: object) -> dict[str, object]:
+    """A structured_outputs row as NeMo Gym ships them: the payload goes through a named tool."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "year": {"type": "integer"}},
+              "required": ["name"]}
+    tools = [{"type": "function", "name": n, "description": "Return the summary.",
+              "parameters": {"type": "object", "properties": {"extraction": schema}}} for n in ("t1", "t2")]
+    import json
+
+    return {"responses_create_params": {"input": [{"role": "user", "content": "Summarise."}], "tools": tools},
+            "schema_str": json.dumps(schema), "schema_type": "json", "response_mode": "tool_call",
+            "tool_name": "t1", "tool_payload_key": "extraction", **extra}
+
+
+def _calls(*pairs: tuple[str, object]) -> Trajectory:
+    from palaestra.core.records import ToolCallRecord
+
+    return Trajectory(tool_calls=[ToolCallRecord(name=n, arguments=a) for n, a in pairs])
+
+
+def test_structured_outputs_nemo_compat_wants_one_call_and_a_strict_schema() -> None:
+    from palaestra.envs.json_schema.env import JSONSchema
+
+    task = parse_row(_tool_row(), "so", "json_schema")
+    default, compat = JSONSchema(), JSONSchema(nemo_compat=True)
+    full = {"extraction": {"name": "Ada", "year": 1815}}
+    assert default.verify(task, _calls(("t1", full))).reward == compat.verify(task, _calls(("t1", full))).reward == 1.0
+    twice = _calls(("t2", full), ("t1", full))  # a distractor, then the answer tool
+    assert default.verify(task, twice).reward == 1.0
+    assert compat.verify(task, twice).reward == 0.0 and compat.verify(task, twice).metadata["reason"] == \
+        "multiple_tool_calls"
+    optional_left_out = _calls(("t1", {"extraction": {"name": "Ada"}}))  # "year" is optional as written
+    assert default.verify(task, optional_left_out).passed
+    strict = compat.verify(task, optional_left_out)
+    assert strict.reward == 0.0 and strict.metadata["nemo_compat"] is True  # NeMo Gym requires every property
+    wrong_type = _calls(("t1", {"extraction": {"name": "Ada", "year": "1815"}}))
+    assert 0.0 < default.verify(task, wrong_type).reward < 1.0 and compat.verify(task, wrong_type).reward == 0.0
+    flagged = parse_row(_tool_row(nemo_compat=True), "so2", "json_schema")  # a row's flag wins
+    assert default.verify(flagged, twice).reward == 0.0
+
+
+def test_reasoning_gym_nemo_compat_reads_lowercase_tags_then_a_box() -> None:
+    from palaestra.envs.reasoning_gym.env import ReasoningGym, nemo_answer
+
+    assert nemo_answer("<ANSWER>x</ANSWER>") == "<ANSWER>x</ANSWER>"  # upper-case tags are no tags to NeMo Gym
+    assert nemo_answer("<answer> 7 </answer> then <answer>8</answer>") == "8"
+    assert nemo_answer("so \\boxed{12} and \\boxed{13}") == "12"  # the first box, when no tags
+    assert nemo_answer("  plain  ") == "plain" and nemo_answer("") == ""
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "How many legs has 1 dog?"}]},
+           "question": "How many legs has 1 dog?", "answer": "4",
+           "metadata": {"source_dataset": "leg_counting", "question": "How many legs has 1 dog?"}}
+    task = parse_row(row, "rg", "reasoning_gym")
+    default, compat = ReasoningGym(), ReasoningGym(nemo_compat=True)
+    assert default.verify(task, Trajectory(final_answer="<ANSWER>4</ANSWER>")).reward == 1.0
+    # the scorer gets the whole reply (leg_counting gives a text that is no number a token score)
+    assert compat.verify(task, Trajectory(final_answer="<ANSWER>4</ANSWER>")).reward < 1.0
+    assert default.verify(task, Trajectory(final_answer="\\boxed{4}")).reward < 1.0
+    assert compat.verify(task, Trajectory(final_answer="\\boxed{4}")).reward == 1.0
+
+
+def test_a_run_file_turns_nemo_compat_on_for_structured_outputs_and_reasoning_gym() -> None:
+    from palaestra.envs.json_schema.env import JSONSchema
+    from palaestra.envs.reasoning_gym.env import ReasoningGym
+    from palaestra.envs.registry import load_env
+    from palaestra.rollout.config import RunConfig, env_options
+
+    options = env_options(RunConfig.model_validate({"nemo_compat": True}))
+    so, rg = load_env("json_schema", options), load_env("reasoning_gym", options)
+    assert isinstance(so, JSONSchema) and so.nemo_compat and isinstance(rg, ReasoningGym) and rg.nemo_compat

@@ -21,11 +21,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import os
 import runpy
-import subprocess
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -42,8 +39,8 @@ from palaestra.envs.mcqa.env import MCQA
 from palaestra.rollout.tasks import parse_row
 
 HERE = Path(__file__).resolve().parent
-NG = SimpleNamespace(**runpy.run_path(str(HERE.parent / "fixtures" / "nemo_gym.py")))
-DRIVER = HERE / "nemo_driver.py"
+SIDE = SimpleNamespace(**runpy.run_path(str(HERE / "nemo_side.py")))  # NeMo Gym's rows and verdicts
+NG = SIDE.NG
 THRESHOLD = 0.99
 
 
@@ -177,36 +174,7 @@ FAMILIES: dict[str, Family] = {
 
 # ---- the two sides -------------------------------------------------------------------------------------
 
-def resources_dir() -> Path:
-    found = sorted(NG.venv_dir().glob("lib/python3*/site-packages/resources_servers"))
-    assert found, f"NeMo Gym at {NG.venv_dir()} has no resources_servers package"
-    return found[-1]
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def example_rows(server: str) -> list[tuple[str, dict[str, Any]]]:
-    """(file name, row) for every published example row of a server (rollouts and metrics excluded)."""
-    data = resources_dir() / server / "data"
-    return [(path.name, row) for path in sorted(data.glob("example*.jsonl"))
-            if "rollouts" not in path.name for row in _jsonl(path)]
-
-
-def nemo_rewards(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """NeMo Gym's verdict per case, from its own verifiers in its own interpreter."""
-    with tempfile.TemporaryDirectory() as scratch:  # Hydra may write outputs/ into the cwd
-        proc = subprocess.run(
-            [str(NG.python_path()), str(DRIVER)], input="".join(json.dumps(c) + "\n" for c in cases),
-            capture_output=True, text=True, timeout=600, cwd=scratch,
-            env={**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": ""},
-        )
-    assert proc.returncode == 0, (f"the NeMo Gym driver failed (a verifier's requirement missing? "
-                                  f"`bash .ci/setup-nemo-gym.sh` installs them):\n{proc.stderr[-4000:]}")
-    results = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-    assert len(results) == len(cases), proc.stderr[-4000:]
-    return results
+resources_dir, example_rows, nemo_rewards, _jsonl = SIDE.resources_dir, SIDE.example_rows, SIDE.nemo_rewards, SIDE.jsonl
 
 
 def palaestra_task(row: dict[str, Any], env: str, ident: str) -> Task:

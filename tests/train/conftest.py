@@ -17,21 +17,14 @@ ENVS = Path(__file__).parent / "envs.py"
 
 
 @pytest.fixture(scope="session")
-def policy() -> Iterator[tuple[Any, Any, Any]]:
+def policy(local_model_path: Path) -> Iterator[tuple[Any, Any, Any]]:
     """(TrainableLocalBackend, model, tokenizer) over one SmolLM2-135M load per session."""
-    for module in ("torch", "transformers", "gguf", "llguidance"):
-        pytest.importorskip(module, reason=f"local-model: {module} is not installed (the [local] extra)")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from palaestra.core.errors import ConfigError
-    from palaestra.models.local.weights import resolve
     from palaestra.train.local_policy import TrainableLocalBackend
 
-    try:
-        path = resolve(None, pull=True, notify=lambda _: None).path
-    except ConfigError as exc:
-        pytest.skip(f"local-model: the default local model's weights are unavailable: {exc}")
+    path = local_model_path
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
     backend = TrainableLocalBackend.from_model(model, tokenizer, max_batch=8, default_max_tokens=32)

@@ -31,7 +31,7 @@ TASK_INDEX = "_ng_task_index"
 ROLLOUT_INDEX = "_ng_rollout_index"
 ATTEMPT_INDEX = "_ng_attempt_index"
 _RESERVED = {"responses_create_params", "response", "reward", "agent_ref", "mask_sample", "reward_components"}
-_INTERNAL_META = {"nemo_gym_agent_ref", "nemo_gym_sampling", "nemo_gym_request"}
+_INTERNAL_META = {"nemo_gym_agent_ref", "nemo_gym_sampling", "nemo_gym_request", "nemo_gym_original_id"}
 
 
 @dataclass
@@ -191,7 +191,8 @@ def _agent_ref(task: Task, rollout: Rollout) -> dict[str, Any]:
 def materialized_row(task: Task, index: int, repeat: int, rollout: Rollout) -> dict[str, Any]:
     """The input row NeMo Gym's profiler aligns a result with (itself a valid NeMo Gym task row)."""
     return {**_verifier_fields(task), "responses_create_params": create_params(task, rollout),
-            "agent_ref": _agent_ref(task, rollout), "id": task.id, TASK_INDEX: index, ROLLOUT_INDEX: repeat}
+            "agent_ref": _agent_ref(task, rollout), "id": task.metadata.get("nemo_gym_original_id", task.id),
+            TASK_INDEX: index, ROLLOUT_INDEX: repeat}  # a repeated id the row loader made unique: the row's own
 
 
 def result_record(task: Task, index: int, rollout: Rollout) -> dict[str, Any]:

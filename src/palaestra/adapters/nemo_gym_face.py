@@ -46,6 +46,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from palaestra.adapters.nemo_gym_rows import REASONING_MODE
 from palaestra.core import ids
 from palaestra.core.environment import Environment
 from palaestra.core.errors import (
@@ -109,7 +110,11 @@ def _arguments(raw: Any) -> Any:
 def trajectory_from_response(row: dict[str, Any], response: Any) -> Trajectory:
     """The rollout NeMo Gym's agent ran, as a Palaestra trajectory: the row's request input followed by
     the response's output items as chat messages, the function calls paired with their outputs by
-    ``call_id``, and the last assistant message's text as the final answer."""
+    ``call_id``, and the last assistant message's text as the final answer.
+
+    The row's input is translated as ``parse_row`` translates it for the task's prompt (reasoning items on
+    their assistant turn), so the trajectory begins with exactly the environment's prompt: a verifier
+    that tells the rollout's own calls from the row's history by that prefix (``tool_call``) finds it."""
     if not isinstance(response, dict) or not isinstance(response.get("output"), list):
         raise InvalidTask("POST /verify: 'response' must be a Responses object with an 'output' list")
     raw_request = row.get("responses_create_params")
@@ -117,7 +122,8 @@ def trajectory_from_response(row: dict[str, Any], response: Any) -> Trajectory:
     asked = request.get("input") or []
     items = ([{"role": "user", "content": asked}] if isinstance(asked, str) else list(asked)) + response["output"]
     try:
-        messages = responses_to_chat({"input": items, "instructions": request.get("instructions")})["messages"]
+        messages = responses_to_chat({"input": items, "instructions": request.get("instructions")},
+                                     reasoning=REASONING_MODE)["messages"]
     except TranslationError as exc:
         raise InvalidTask(f"POST /verify: the response cannot be read as a conversation: {exc}") from None
     outputs = {it.get("call_id"): it.get("output") for it in response["output"]

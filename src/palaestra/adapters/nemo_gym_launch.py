@@ -2,12 +2,13 @@
 
 NeMo Gym's ``gym env start`` builds a venv per server with uv and a head server for configuration; a
 single resources server needs neither. The launcher below (run by the NeMo venv's Python, so NeMo Gym
-and the server's dependencies are its own) imports the server's ``app.py`` with its folder on
-``sys.path`` and as the working directory (as ``gym`` runs it: sibling modules and relative paths),
-builds the server class with its config (the ``resources_servers.<name>`` block of its YAML, host
-127.0.0.1, interpolations of model-server settings resolved), binds a socket on a free port, prints the
-port, and serves NeMo Gym's FastAPI app with uvicorn on that socket. The child exits when its stdin
-closes, so a parent killed with SIGKILL leaves no server behind.
+and the server's dependencies are its own) imports the server's entry point (``app.py``, or the module
+its config names) with its folder on ``sys.path`` and as the working directory (as ``gym`` runs it:
+sibling modules and relative paths), builds the server class with its config (the
+``resources_servers.<name>`` block of ``configs/<name>.yaml``, else of the first variant that defines
+it: ``config_path``), host 127.0.0.1, interpolations of model-server settings resolved), binds a socket
+on a free port, prints the port, and serves NeMo Gym's FastAPI app with uvicorn on that socket. The child
+exits when its stdin closes, so a parent killed with SIGKILL leaves no server behind.
 
 Model servers: NeMo Gym's ``ServerClient`` resolves a server name through its global config dict
 (``{name: {<kind>: {<type>: {host, port}}}}``, first entry of each level). The launcher builds that dict
@@ -21,6 +22,7 @@ The default venv is where ``.ci/setup-nemo-gym.sh`` installs NeMo Gym.
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -40,13 +42,27 @@ from nemo_gym.config_types import BaseServerConfig
 from nemo_gym.server_utils import ServerClient
 
 name, model_url = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "")
+path = sys.argv[3] if len(sys.argv) > 3 else ""  # the config file that defines the server (may be none)
 def watch():
     sys.stdin.read()
     os._exit(0)
 threading.Thread(target=watch, daemon=True).start()
 here = os.path.join(os.getcwd(), "resources_servers", name)
+# As in an activated venv (how `gym` runs a server): the venv's own commands (uv, ...) come first on PATH.
+os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+options = {}
+if path and os.path.isfile(path):
+    with open(path) as fh:
+        for block in (yaml.safe_load(fh) or {}).values():
+            if not isinstance(block, dict) or not isinstance(block.get("resources_servers"), dict):
+                continue  # a top-level list or value (shared settings), not a server instance
+            entry = block["resources_servers"].get(name)
+            if isinstance(entry, dict):
+                options = {k: v for k, v in entry.items() if k not in ("datasets",)}
+                break
+entry_module = os.path.basename(str(options.get("entrypoint") or "app.py")).removesuffix(".py")
 sys.path.insert(0, here)  # NeMo Gym runs app.py from its folder: sibling modules import by bare name
-module = importlib.import_module(f"resources_servers.{name}.app")
+module = importlib.import_module(f"resources_servers.{name}.{entry_module}")
 os.chdir(here)  # and relative paths in its config (prompt templates, data) are relative to that folder
 found = [c for c in vars(module).values() if inspect.isclass(c) and issubclass(c, SimpleResourcesServer)
          and c.__module__ == module.__name__]
@@ -60,17 +76,6 @@ if model is not None:  # what NeMo Gym's configs interpolate for their model ser
         stem = prefix if prefix.endswith("_model") else f"{prefix}_model"
         model_vars.update({f"{stem}_name": "palaestra", f"{prefix}_base_url": f"{model_url}/v1",
                            f"{prefix}_api_key": "none"})
-options = {}
-path = os.path.join(here, "configs", f"{name}.yaml")
-if os.path.isfile(path):
-    with open(path) as fh:
-        for block in (yaml.safe_load(fh) or {}).values():
-            if not isinstance(block, dict) or not isinstance(block.get("resources_servers"), dict):
-                continue  # a top-level list or value (shared settings), not a server instance
-            entry = block["resources_servers"].get(name)
-            if isinstance(entry, dict):
-                options = {k: v for k, v in entry.items() if k not in ("datasets",)}
-                break
 def resolved(key, value):  # a value that interpolates what nobody provides (an API key) stays as written
     try:
         return OmegaConf.to_container(OmegaConf.create({**model_vars, "v": value}), resolve=True)["v"]
@@ -128,22 +133,86 @@ def server_dir(name: str, venv: Path | None) -> Path:
     return site_packages(venv) / "resources_servers" / name
 
 
-def names_model_server(name: str, venv: Path | None) -> bool:
-    """Whether the server's YAML config names a model server (a judge or policy its verify calls)."""
+def _server_block(path: Path, name: str) -> dict[str, Any] | None:
+    """The ``resources_servers: {name: {...}}`` block of one NeMo Gym config file, or None."""
     import yaml  # NeMo Gym's configs are YAML; only a NeMo Gym run reads them
 
-    config = server_dir(name, venv) / "configs" / f"{name}.yaml"
-    if not config.is_file():
-        return False
     try:
-        blocks = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
-        return False
+        blocks = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
     for block in blocks.values() if isinstance(blocks, dict) else []:
-        entry = (block or {}).get("resources_servers", {}).get(name) if isinstance(block, dict) else None
-        if isinstance(entry, dict):  # the server's own block: what the launcher builds it with
-            return "responses_api_models" in yaml.safe_dump(entry)
-    return False
+        servers = block.get("resources_servers") if isinstance(block, dict) else None
+        entry = servers.get(name) if isinstance(servers, dict) else None
+        if isinstance(entry, dict):
+            return entry
+    return None
+
+
+def _defines(path: Path, agent: str) -> bool:
+    import yaml
+
+    try:
+        blocks = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(blocks, dict) and agent in blocks
+
+
+def config_path(name: str, venv: Path | None, agent: str | None = None) -> Path | None:
+    """The config file the server is built from: the one that defines ``agent`` (the agent the rows'
+    ``agent_ref`` names: ``openenv_echo_simple_agent`` → ``openenv_echo.yaml``), else
+    ``configs/<name>.yaml``, else the first of its ``configs/*.yaml`` (by name), always one that defines
+    the server. Several servers ship only variants (``arena``: ``lmarena_v2.yaml``, ``jailbreak_detection``:
+    one per judge setup); without one the server would start with none of the values its YAML gives (its
+    judge, its prompt template)."""
+    folder = server_dir(name, venv) / "configs"
+    own = folder / f"{name}.yaml"
+    candidates = [own] + sorted(p for p in folder.glob("*.yaml") if p != own)
+    found = [p for p in candidates if p.is_file() and _server_block(p, name) is not None]
+    if agent:
+        found.sort(key=lambda p: not _defines(p, agent))  # stable: the agent's file first, the order else
+    return found[0] if found else None
+
+
+# A model-server setting a config interpolates (``vllm_base_url: ${policy_base_url}``) also names a model server.
+_MODEL_VAR = re.compile(r"\$\{\w*(?:_base_url|_model_name)\}")
+
+
+def names_model_server(name: str, venv: Path | None, agent: str | None = None) -> bool:
+    """Whether the server's config names a model server (a judge or policy its verify calls), by reference
+    (``responses_api_models``) or by interpolating a model server's URL or model name."""
+    import yaml
+
+    path = config_path(name, venv, agent)
+    entry = _server_block(path, name) if path is not None else None
+    if entry is None:
+        return False
+    text = yaml.safe_dump(entry)
+    return "responses_api_models" in text or _MODEL_VAR.search(text) is not None
+
+
+def prompt_agent(name: str, venv: Path | None, agent: str | None = None) -> str | None:
+    """The type of the NeMo Gym agent that runs the server's rows (``aviary_agent``, ``scicode_agent``): the
+    one ``agent`` names in the server's config, else the first its config defines, else the first of its
+    ``allowed_agents``. Rows whose input is empty are built into a prompt by that agent, not by the row."""
+    import yaml
+
+    path = config_path(name, venv, agent)
+    if path is None:
+        return None
+    try:
+        blocks = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    kinds = {key: next(iter(block["responses_api_agents"]), None) for key, block in blocks.items()
+             if isinstance(block, dict) and isinstance(block.get("responses_api_agents"), dict)}
+    if agent in kinds:
+        return kinds[agent]
+    if kinds:
+        return next(iter(kinds.values()))
+    allowed = (_server_block(path, name) or {}).get("allowed_agents")
+    return str(allowed[0]) if isinstance(allowed, list) and allowed else None
 
 
 class NemoServerProcess:
@@ -155,6 +224,7 @@ class NemoServerProcess:
         self.server = server
         self.venv = venv
         self.model_url = model_url  # the Palaestra model server every model server of its config resolves to
+        self.agent: str | None = None  # the agent the rows name: picks the config variant (``config_path``)
         self.start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[str] | None = None
         self._url: str | None = None
@@ -180,19 +250,25 @@ class NemoServerProcess:
         self.close()
         python = venv_dir(self.venv) / "bin" / "python"
         cwd = site_packages(self.venv)
+        config = config_path(self.server, self.venv, self.agent)
         log = tempfile.TemporaryFile(mode="w+")  # the server's stderr: read back when it fails
         self._log = log
         proc = subprocess.Popen(  # our launcher, in the NeMo venv's interpreter
-            [str(python), "-c", LAUNCHER, self.server, self.model_url or ""], cwd=cwd, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=log, text=True)
+            [str(python), "-c", LAUNCHER, self.server, self.model_url or "", str(config or "")], cwd=cwd,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
         self._proc = proc
         assert proc.stdout is not None
+        printed: list[str] = []  # what the server's own import printed before the port (banners, notices)
         line = proc.stdout.readline()  # the launcher prints its port once the socket is bound
+        while line and not line.startswith("PORT "):
+            printed.append(line.rstrip("\n"))
+            line = proc.stdout.readline()
         if not line.startswith("PORT "):
             proc.kill()
-            proc.wait(timeout=30)
+            status = proc.wait(timeout=30)
             log.seek(0)
-            raise EnvironmentFailure(f"NeMo Gym server '{self.server}' did not start: {log.read().strip()[-1500:]}")
+            said = "\n".join([*printed[-20:], log.read().strip()]).strip()[-1500:]
+            raise EnvironmentFailure(f"NeMo Gym server '{self.server}' did not start (exit status {status}): {said}")
         return f"http://127.0.0.1:{int(line.split()[1])}"
 
     def log_tail(self, chars: int = 1500) -> str:

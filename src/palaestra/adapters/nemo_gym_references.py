@@ -13,17 +13,22 @@ Nothing here imports NeMo Gym: the references are read from the rows alone.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from palaestra.core.records import Reference, Task, ToolCall
+from palaestra.models.scripted import content_text
 
 # Row fields that hold the answer a verifier compares with, in the order they are tried.
 ANSWER_FIELDS = ("expected_answer", "ground_truth", "expected_output", "gold_answer", "answer", "label",
                  "target", "expected_result", "translation", "reference")
 FIXED_REPLY = "fixed reply"  # what ``reference_policy`` says where no reference is derivable
+# An action the prompt shows in the tag form its server parses (``<action>Up</action>``): the first one is
+# the fixed reply of a row with no answer, so a game server gets a move it can apply rather than a 400.
+_SHOWN_ACTION = re.compile(r"<action>\s*([^<>\n]{1,40}?)\s*</action>")
 
 
 def _session_state(task: Task) -> Reference:
@@ -84,14 +89,25 @@ def answer_field(task: Task) -> str | None:
     return None
 
 
+def shown_action(task: Task) -> str | None:
+    """The first ``<action>...</action>`` the row's prompt shows as the reply format, or None."""
+    for message in task.messages():
+        found = _SHOWN_ACTION.search(content_text(message.get("content")))
+        if found is not None:
+            return f"<action>{found.group(1)}</action>"
+    return None
+
+
 def reference(server: str, task: Task) -> Reference | None:
-    """The reference of a ``nemo_gym:<server>`` row, or None where the row does not determine one."""
+    """The reference of a ``nemo_gym:<server>`` row, or None where the row does not determine one. A row
+    without an answer whose prompt shows an action format gets that action (a valid move, not a solution)."""
     custom = CUSTOM.get(server)
     if custom is not None:
         return custom(task)
     field = answer_field(task)
     if field is None:
-        return None
+        action = shown_action(task)
+        return Reference(final_answer=action) if action is not None else None
     text = _as_text(task.metadata[field])
     assert text is not None
     return Reference(final_answer=FORMATS.get(server, lambda s: s)(text))
@@ -102,4 +118,6 @@ def reference_policy(server: str, task: Task) -> str:
     if server in CUSTOM:
         return "reference: the row's tool calls" if server == "workplace_assistant" else "reference: row state"
     field = answer_field(task)
+    if field is None and shown_action(task) is not None:
+        return f"{FIXED_REPLY}: the prompt's first action"
     return f"reference: {field}" if field is not None else FIXED_REPLY

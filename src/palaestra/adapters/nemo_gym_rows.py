@@ -183,6 +183,10 @@ SAMPLING_KEY = "nemo_gym_sampling"
 # A row's own ``id`` / ``uuid`` / ``task_id`` as written (of their own types: NeMo Gym's servers verify them),
 # kept for rows that go to NeMo Gym's own server (``nemo_gym:<server>``), which gets the row back whole.
 ROW_IDS_KEY = "nemo_gym_row_ids"
+# A row whose id an earlier row of its file already has: NeMo Gym's own collector accepts repeated ids (they
+# name a prompt, not a row), a run needs unique ones. The task's id gets the line (``1000#L4``), the id the
+# row wrote is kept here (and, for NeMo Gym's own server, in ROW_IDS_KEY: it gets the row's id back).
+ORIGINAL_ID_KEY = "nemo_gym_original_id"
 # How the input's reasoning items reach a chat model: on the assistant turn they belong to, under the
 # field vLLM and SGLang read back into the chat template (what NeMo Gym's own vLLM model server sends).
 REASONING_MODE: ReasoningMode = "reasoning_content"
@@ -221,3 +225,12 @@ def task_settings(task: Task) -> dict[str, Any]:
     if task.tools:
         chat["tools"] = task.tools
     return chat_settings(chat)
+
+
+def unique_id(task: Task, line: int, taken: Mapping[str, Any]) -> Task:
+    """``task`` under an id no earlier row has (``<id>#L<line>``), with the id it wrote in ORIGINAL_ID_KEY."""
+    new_id, n = f"{task.id}#L{line}", 1
+    while new_id in taken:
+        n += 1
+        new_id = f"{task.id}#L{line}.{n}"
+    return task.model_copy(update={"id": new_id, "metadata": {**task.metadata, ORIGINAL_ID_KEY: task.id}})

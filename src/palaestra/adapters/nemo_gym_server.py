@@ -38,25 +38,27 @@ from typing import Any, ClassVar
 import httpx
 import orjson
 
+from palaestra.adapters import nemo_gym_episodes as nemo_eps
 from palaestra.adapters import nemo_gym_references as nemo_refs
 from palaestra.adapters import nemo_gym_rows as nemo_rows
 from palaestra.adapters.nemo_gym import assistant_items, tool_output_item
-from palaestra.adapters.nemo_gym_launch import NemoServerProcess, names_model_server, server_dir
+from palaestra.adapters.nemo_gym_launch import NemoServerProcess, names_model_server, prompt_agent, server_dir
 from palaestra.core.environment import Environment
-from palaestra.core.errors import BadArguments, ConfigError, EnvironmentFailure, ToolError, UnknownTool
+from palaestra.core.errors import BadArguments, ConfigError, EnvironmentFailure, InvalidTask, ToolError, UnknownTool
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 
 FAMILY = "nemo_gym"
 ROW_ID_KEY = "nemo_gym_row_id"  # a bundled row's own ``id`` (of its own type: some servers verify it)
 _PALAESTRA_KEYS = {nemo_rows.REQUEST_KEY, nemo_rows.AGENT_REF_KEY, nemo_rows.SAMPLING_KEY, ROW_ID_KEY,
-                   nemo_rows.ROW_IDS_KEY}
+                   nemo_rows.ROW_IDS_KEY, nemo_rows.ORIGINAL_ID_KEY}
 
 
 # Server name → how its reference follows from a row (kept for callers of the old name).
 REFERENCES = nemo_refs.CUSTOM
 # The model every model server a NeMo Gym config names (its judge, its policy) resolves to when the run
-# names none: a scripted model with a fixed reply, so verify runs through and its verdict says who judged.
-DEFAULT_JUDGE = "scripted:constant"
+# names none: a scripted model with a fixed reply, in the JSON shape a request asks for where it asks for one
+# (``response_format``), so verify runs through and its verdict says who judged.
+DEFAULT_JUDGE = "scripted:format"
 _NO_JUDGE = frozenset({"keyword", "builtin:keyword", "builtin:reference-match"})  # the native judge's matcher
 
 
@@ -64,7 +66,7 @@ def nemo_row(task: Task) -> dict[str, Any]:
     """The NeMo Gym row back from a task: its verifier fields, ``agent_ref`` and the Responses request."""
     row = {k: v for k, v in task.metadata.items() if k not in _PALAESTRA_KEYS}
     # The row's own id, kept out of metadata by the row loader; a row loaded from a file gives its task id.
-    row["id"] = task.metadata.get(ROW_ID_KEY, task.id)
+    row["id"] = task.metadata.get(ROW_ID_KEY, task.metadata.get(nemo_rows.ORIGINAL_ID_KEY, task.id))
     ids = task.metadata.get(nemo_rows.ROW_IDS_KEY)
     if isinstance(ids, dict):  # ``id`` / ``uuid`` / ``task_id`` as the row wrote them
         row.update(ids)
@@ -100,6 +102,7 @@ class NemoSession:
     tools: frozenset[str]
     gymnasium: bool = False  # a GymnasiumServer: /reset and /step instead of /seed_session and /verify
     observation: str | None = None  # what its /reset answered
+    episode: nemo_eps.Episode | None = None  # a server that drives the episode (its seed answered obs)
 
 
 class NemoGymServerEnvironment(Environment):
@@ -120,6 +123,9 @@ class NemoGymServerEnvironment(Environment):
         self._judge_model_name = judge_model_name
         self._judge_servers = contextlib.ExitStack()
         self._needs_model = names_model_server(self.server, self.venv)
+        self._configured = False
+        # task id → (messages, tools) its server's /seed_session answered, where the server builds the prompt
+        self._observed: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
 
     @property
     def judge(self) -> str | None:
@@ -158,7 +164,14 @@ class NemoGymServerEnvironment(Environment):
                 tasks.append(task)
         return tasks
 
+    def prompt(self, task: Task) -> list[dict[str, Any]]:
+        """The row's input, then what the server's seed answered as the episode's start (where it did)."""
+        seen = self._observed.get(task.id)
+        return super().prompt(task) + ([dict(m) for m in seen[0]] if seen else [])
+
     def tool_schemas(self, task: Task | None = None) -> list[dict[str, Any]]:
+        if task is not None and task.id in self._observed:  # the tools the server's seed answered
+            return list(self._observed[task.id][1])
         if task is None:
             found = self.examples()
             task = found[0] if found else None
@@ -167,8 +180,27 @@ class NemoGymServerEnvironment(Environment):
     def reference(self, task: Task) -> Reference | None:
         return nemo_refs.reference(self.server, task)
 
+    def check_task(self, task: Task) -> None:
+        """A row with no input at all is refused, naming the NeMo Gym agent that builds its prompt (from the
+        server's /seed_session, or from row fields of its own): Palaestra's agents send the row's input."""
+        if any(m.get("content") for m in task.messages()):
+            return
+        ref = task.metadata.get(nemo_rows.AGENT_REF_KEY)
+        agent = prompt_agent(self.server, self.venv, ref.get("name") if isinstance(ref, dict) else None)
+        if agent in nemo_eps.OBSERVING_AGENTS:  # its /seed_session answers the prompt: driven as it is
+            return
+        raise InvalidTask(f"needs_agent: the row's responses_create_params.input is empty; NeMo Gym's "
+                          f"'{agent or 'own'}' agent builds the prompt itself, which Palaestra's agents do not",
+                          hint="give the prompt in responses_create_params.input")
+
     # ---- sessions ------------------------------------------------------------------------------
     async def seed(self, task: Task) -> NemoSession:
+        if not self._configured:  # before the first start: the config variant of the agent the rows name
+            self._configured = True
+            ref = task.metadata.get(nemo_rows.AGENT_REF_KEY)
+            agent = ref.get("name") if isinstance(ref, dict) else ref
+            self._process.agent = agent if isinstance(agent, str) and agent else None
+            self._needs_model = names_model_server(self.server, self.venv, self._process.agent)
         if self._needs_model and self._process.model_url is None:
             self._process.model_url = self._model_url()
         base = await self._process.url()
@@ -181,6 +213,12 @@ class NemoGymServerEnvironment(Environment):
                 session.gymnasium = True
                 reset = (await self._post(session, "/reset", nemo_row(task))).json()
                 session.observation = reset.get("observation") if isinstance(reset, dict) else None
+            else:
+                with contextlib.suppress(ValueError):
+                    session.episode = nemo_eps.episode(seeded.json())
+            if session.episode is not None:
+                session.tools = frozenset(t["function"]["name"] for t in session.episode.tools)
+                self._observed[task.id] = (session.episode.messages, session.episode.tools)
         except BaseException:
             await client.aclose()
             raise
@@ -206,6 +244,9 @@ class NemoGymServerEnvironment(Environment):
                               hint=f"available tools: {', '.join(sorted(state.tools)) or '(none)'}")
         if arguments is not None and not isinstance(arguments, dict):
             raise BadArguments(f"tool '{name}' takes a JSON object of arguments")
+        if state.episode is not None:  # the server's episode: a tool call is one /step of it
+            step = await self._post(state, "/step", nemo_eps.call_step(state.episode, name, arguments))
+            return nemo_eps.observe(state.episode, step.json())
         response = await self._post(state, f"/{name}", arguments or {})
         if response.status_code == 422:
             raise BadArguments(f"tool '{name}': {response.text[:500]}")
@@ -219,6 +260,15 @@ class NemoGymServerEnvironment(Environment):
     async def verify(self, state: NemoSession, trajectory: Trajectory) -> Verdict:
         prompt_length = len(self.prompt(state.task))
         body = nemo_row(state.task) | {"response": response_body(state.task, trajectory, prompt_length)}
+        ep = state.episode
+        if ep is not None:  # the final text is the episode's last step; /close scores it, /verify reports it
+            final = trajectory.final_text()
+            if final and not ep.done:
+                nemo_eps.observe(ep, (await self._post(state, "/step", nemo_eps.text_step(ep, final))).json())
+            await self._post(state, "/close", {"env_id": ep.env_id})
+            ep.closed = True
+            group = str(state.task.metadata.get("task_idx", state.task.id))
+            body["response"] |= nemo_eps.verify_fields(ep, group)
         # A gymnasium server grades the rollout as one action of its episode: /step answers the reward.
         answer = (await self._post(state, "/step" if state.gymnasium else "/verify", body)).json()
         reward = answer.get("reward") if isinstance(answer, dict) else None
@@ -226,14 +276,19 @@ class NemoGymServerEnvironment(Environment):
             raise EnvironmentFailure(f"NeMo Gym server '{self.server}' answered /verify without a reward")
         extra = {k: v for k, v in answer.items() if k not in body and k != "reward"}
         metadata = {"nemo_gym_server": self.server, "nemo_gym_model": self.judge, **extra}
+        if ep is not None:  # how the server's episode went: its steps as the server answered them
+            metadata["nemo_gym_episode"] = {"env_id": ep.env_id, "steps": ep.steps, "done": ep.done}
         return Verdict(reward=float(reward), passed=float(reward) >= 1.0, metadata=metadata,
                        answer=trajectory.final_text() or None)
 
     async def close(self, state: NemoSession) -> None:
+        if state.episode is not None and not state.episode.closed:  # a rollout that never reached verify
+            with contextlib.suppress(httpx.HTTPError):
+                await state.client.post("/close", json={"env_id": state.episode.env_id})
         await state.client.aclose()
 
 
-_EPISODE_PATHS = ("/seed_session", "/verify", "/reset", "/step")
+_EPISODE_PATHS = ("/seed_session", "/verify", "/reset", "/step", "/close")
 _CLASSES: dict[str, type[NemoGymServerEnvironment]] = {}
 
 

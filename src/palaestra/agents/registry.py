@@ -27,6 +27,16 @@ BUILTIN_AGENTS: dict[str, str] = {
     "opencode": "palaestra.agents.external:opencode_agent",
     "kilocode": "palaestra.agents.external:kilocode_agent",
     "pi": "palaestra.agents.external:pi_agent",
+    "aider": "palaestra.agents.external:aider_agent",
+    "hermes": "palaestra.agents.external:hermes_agent",
+    "openhands": "palaestra.agents.external:openhands_agent",
+    # Agent SDKs, each its own loop in-process over a loopback model endpoint (agents/sdk/; the [sdk] extra).
+    "openai-agents": "palaestra.agents.sdk:openai_agents_agent",
+    "smolagents": "palaestra.agents.sdk:smolagents_agent",
+    "strands-agents": "palaestra.agents.sdk:strands_agent",
+    "qwen-code": "palaestra.agents.external:qwen_code_agent",
+    "gemini-cli": "palaestra.agents.external:gemini_cli_agent",
+    "openclaw": "palaestra.agents.external:openclaw_agent",
     "langgraph": "palaestra.agents.langgraph_agent:langgraph_agent",
     # remote:URL?token_file=PATH: a harness served by `palaestra agent serve` (agents/remote.py).
     "remote": "palaestra.agents.remote:RemoteAgent",

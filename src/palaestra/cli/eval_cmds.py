@@ -48,8 +48,9 @@ def run(
     max_rollouts: int | None = typer.Option(None, "--max-rollouts", min=1,
                                             help="Refuse runs of more rollouts than this (default 10,000,000)."),
     max_steps: int | None = typer.Option(None, help="Agent step limit."),
-    cluster: str | None = typer.Option(None, help="Run on Ray: ray | ray:local | ray:HOST:PORT | ray://HOST:PORT "
-                                                "[?workers=N&env_replicas=N]."),
+    cluster: str | None = typer.Option(None, help="Worker processes on this machine: local[?workers=N] (one per "
+                                                "CPU by default); or Ray: ray | ray:local | ray:HOST:PORT | "
+                                                "ray://HOST:PORT [?workers=N&env_replicas=N]."),
     sandbox: str | None = typer.Option(None, "--sandbox", help="Sandbox provider for tasks that name none: local | "
                                        "process | docker | podman | apptainer | none (PALAESTRA_SANDBOX)."),
     code_scoring: str | None = typer.Option(None, "--code-scoring", help="`code` scoring for tasks that name none: "
@@ -61,8 +62,8 @@ def run(
     judge_api_key_env: str | None = typer.Option(None, "--judge-api-key-env", help="Variable holding the judge's "
                                                  "API key (PALAESTRA_JUDGE_API_KEY_ENV; OPENAI_API_KEY)."),
     nemo_compat: bool | None = typer.Option(None, "--nemo-compat/--no-nemo-compat",
-                                            help="Grade mcqa and math rows exactly as NeMo Gym's verifiers do "
-                                                 "(docs/nemo_gym_parity.md)."),
+                                            help="Grade mcqa, math, json_schema and reasoning_gym rows "
+                                                 "exactly as NeMo Gym's verifiers do (docs/nemo_gym_parity.md)."),
     config: str | None = typer.Option(None, "--config", help="run.yaml with the same fields as the flags."),
     resume: str | None = typer.Option(None, "--resume", help="Finish the run in this directory."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),

@@ -11,7 +11,7 @@ import typer
 
 from palaestra.cli.common import guarded, run_async, settings_of
 
-app = typer.Typer(no_args_is_help=True, help="Sandboxes: info, list, image build, run, cleanup.")
+app = typer.Typer(no_args_is_help=True, help="Sandboxes: info, list, check, image build, run, cleanup.")
 
 
 @app.command("info")
@@ -129,6 +129,46 @@ def run(
         return result.exit_code
 
     raise typer.Exit(run_async(go()))
+
+
+@app.command("check")
+def check(
+    provider: str = typer.Argument(..., help="A provider spec: local, process, docker, podman, gvisor, "
+                                   "'docker?runtime=runsc', ..."),
+    image: str = typer.Option("", help="Image for docker/podman (default: the local base image, built when "
+                              "missing) or rootfs directory for gvisor."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+) -> None:
+    """Run a short conformance probe on one provider (create, exec, files, ordinary programs, timeout,
+    process and memory limits, no network, host files hidden, close, cleanup): pass/fail per property.
+    Exits 1 when any property fails."""
+    from palaestra.sandbox.conformance import probe
+    from palaestra.sandbox.providers import get_provider
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prov = guarded(lambda: get_provider(provider))
+    engine = provider.split("?")[0]
+    python, use = str(getattr(prov, "python", "python3")), image or None
+    if engine in ("docker", "podman"):
+        from palaestra.sandbox.baseimage import BASE_IMAGE, ensure_image
+
+        use = use or guarded(lambda: ensure_image(prov.engine, BASE_IMAGE)[0])  # type: ignore[attr-defined]
+        python = "python3"
+    elif engine == "gvisor":
+        python = "python3"
+    results = run_async(probe(prov, image=use, python=python))
+    failed = [c for c in results if not c.passed]
+    if as_json:
+        typer.echo(json.dumps({"provider": provider, "passed": not failed,
+                               "checks": [c.as_dict() for c in results]}, indent=2))
+    else:
+        width = max(len(c.name) for c in results)
+        for c in results:
+            typer.echo(f"{c.name:<{width}}  {'pass' if c.passed else 'FAIL'}  {c.seconds:6.2f} s  {c.detail}")
+        typer.echo(f"{provider}: {len(results) - len(failed)} of {len(results)} properties pass")
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command("cleanup")

@@ -1,7 +1,10 @@
-"""The ``--cluster`` value: which Ray cluster to start or join, and how many workers and replicas to run.
+"""The ``--cluster`` value: worker processes on this machine, or which Ray cluster to start or join, and
+how many workers and replicas to run.
 
 One string, like the scripted model's, so a run file and a flag say the same thing::
 
+    local                    worker processes on this machine, one per CPU (cluster/procs.py)
+    local?workers=2          ... exactly two
     ray                      join $RAY_ADDRESS, or start a private local cluster when it is unset
     ray:local                start a private local cluster (stopped at the end of the run)
     ray:auto                 join the cluster started with `ray start` on this machine
@@ -20,7 +23,9 @@ from palaestra.plugins.spec import parse_spec
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _INT_OPTS = {"workers", "env_replicas", "cpus", "object_store_mb"}
 _FLOAT_OPTS = {"worker_cpus", "env_cpus", "start_timeout_s"}
-_HINT = ("use ray, ray:local, ray:auto, ray:HOST:PORT or ray://HOST:PORT, optionally followed by "
+_LOCAL_OPTS = {"workers"}  # worker processes share this machine: nothing to place, reserve or join
+_HINT = ("use local?workers=N for worker processes on this machine, or ray, ray:local, ray:auto, "
+         "ray:HOST:PORT or ray://HOST:PORT, optionally followed by "
          "?workers=N&env_replicas=N&worker_cpus=F&env_cpus=F&cpus=N&object_store_mb=N&start_timeout_s=S")
 
 
@@ -29,7 +34,8 @@ class ClusterSpec:
     """A parsed ``--cluster`` value. ``address`` None means: start a private local cluster."""
 
     address: str | None = None
-    workers: int | None = None  # rollout worker actors; None: one per CPU the cluster offers (at most 64)
+    workers: int | None = None  # rollout workers; None: one per CPU the cluster (or this machine) offers
+    backend: str = "ray"  # "local": worker processes on this machine, no Ray (cluster/procs.py)
     env_replicas: int = 2  # replicas of each environment server (with --placement ray)
     worker_cpus: float = 1.0  # CPUs each rollout worker reserves (a scheduling unit, not a limit)
     env_cpus: float = 0.01  # CPUs each environment replica reserves (Ray's SPREAD ignores actors with none)
@@ -54,6 +60,8 @@ def parse_cluster(value: str) -> ClusterSpec:
     """Parse ``--cluster``; errors name the bad part and show the accepted forms."""
     text = value.strip()
     body = text.partition("?")[0]
+    if body == "local":
+        return _parse_local(value, text)
     if body == "ray":
         from palaestra.settings import machine
 
@@ -89,3 +97,19 @@ def parse_cluster(value: str) -> ClusterSpec:
         if opts[key] < 0 or (key in ("workers", "env_replicas", "cpus") and opts[key] < 1):
             raise ConfigError(f"--cluster '{value}': {key} must be positive", hint=_HINT)
     return ClusterSpec(address=address, **opts)  # type: ignore[arg-type]
+
+
+def _parse_local(value: str, text: str) -> ClusterSpec:
+    opts = parse_spec(text, what="--cluster").options
+    for key in opts:
+        if key not in _LOCAL_OPTS:
+            raise ConfigError(f"--cluster '{value}': option '{key}' is not one of local's (workers)", hint=_HINT)
+    workers: int | None = None
+    if "workers" in opts:
+        try:
+            workers = int(opts["workers"])
+        except ValueError:
+            raise ConfigError(f"--cluster '{value}': workers={opts['workers']!r} is not a number", hint=_HINT) from None
+        if workers < 1:
+            raise ConfigError(f"--cluster '{value}': workers must be positive", hint=_HINT)
+    return ClusterSpec(backend="local", workers=workers)

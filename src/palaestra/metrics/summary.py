@@ -340,4 +340,9 @@ def format_table(metrics: Mapping[str, Any], title: str | None = "Palaestra metr
     if any(b.get("majority_at_k") for _, b in blocks):
         for k in ks:
             row(f"maj@{k}", lambda b, k=k: _fmt((b.get("majority_at_k") or {}).get(str(k))))
+    fidelity = metrics.get("token_fidelity")
+    if isinstance(fidelity, Mapping):  # only runs whose model returned token ids; zero checked: "not checked"
+        checked, rate = int(fidelity.get("checked_turns") or 0), fidelity.get("token_drift_rate")
+        table.caption = (f"token drift {'not checked' if not checked or rate is None else _fmt(rate)}: "
+                         f"{fidelity.get('drifted_turns', 0)} of {checked} checked turns")
     return table

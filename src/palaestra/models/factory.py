@@ -28,7 +28,7 @@ MODELS.add_builtins({
 
 SCRIPTED_OPTIONS: dict[str, type] = {"latency_ms": float, "failure_rate": float, "seed": int, "text": str,
                                      "accuracy": float, "file": str}
-_HINT = ("use scripted:POLICY (oracle|constant|echo|null|replay), local[:PATH], or an OpenAI-compatible "
+_HINT = ("use scripted:POLICY (oracle|constant|format|echo|null|replay), local[:PATH], or an OpenAI-compatible "
          "base URL such as http://127.0.0.1:8000/v1")
 
 

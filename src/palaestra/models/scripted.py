@@ -21,9 +21,10 @@ import orjson
 from palaestra.core.errors import ConfigError, ModelError
 from palaestra.core.records import Message, Reference
 from palaestra.models.base import CallContext
+from palaestra.models.schema_instance import instance, requested_schema
 from palaestra.wire.requests import refuse
 
-POLICIES = ("oracle", "constant", "echo", "replay", "null")
+POLICIES = ("oracle", "constant", "echo", "replay", "null", "format")
 
 
 def content_text(content: Any) -> str:
@@ -141,7 +142,10 @@ class ScriptedBackend:
             raise refuse(self.name, key, "a scripted policy has no token distribution; use a local or "
                          "remote model for logprobs")
         messages: list[Message] = request.get("messages") or []
-        message = getattr(self, f"_policy_{self.policy}")(messages, ctx)
+        if self.policy == "format":  # the one policy that reads the request's settings, not its messages
+            message = self._policy_format(request)
+        else:
+            message = getattr(self, f"_policy_{self.policy}")(messages, ctx)
         n = request.get("n")
         return self._response(request, messages, message, n if isinstance(n, int) and n > 1 else 1)
 
@@ -193,6 +197,14 @@ class ScriptedBackend:
 
     def _policy_constant(self, messages: list[Message], ctx: CallContext) -> dict[str, Any]:
         return {"role": "assistant", "content": self.constant_text}
+
+    def _policy_format(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``constant``, except that a request asking for JSON (``response_format``) gets a JSON value of
+        the requested schema (``schema_instance``): a scripted judge whose reply the verifier can parse."""
+        wants_json, schema = requested_schema(request)
+        if not wants_json:
+            return self._policy_constant([], CallContext())
+        return {"role": "assistant", "content": orjson.dumps(instance(schema) if schema is not None else {}).decode()}
 
     def _policy_echo(self, messages: list[Message], ctx: CallContext) -> dict[str, Any]:
         last = next((m for m in reversed(messages) if m.get("role") == "user"), None)

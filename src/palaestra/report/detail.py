@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from palaestra.report.rows import as_map
+from palaestra.report.rows import as_map, is_map
 from palaestra.report.tokens import token_view
 
 __all__ = ["MAX_CHARS", "clip", "rollout_detail"]
@@ -48,9 +48,9 @@ def _content(content: Any, max_chars: int) -> str | None:
     if isinstance(content, list):
         parts = []
         for part in content:
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+            if is_map(part) and isinstance(part.get("text"), str):
                 parts.append(part["text"])
-            elif isinstance(part, Mapping):
+            elif is_map(part):
                 parts.append(f"[{part.get('type', 'part')}]")
             else:
                 parts.append(str(part))
@@ -69,7 +69,7 @@ def _arguments(raw: Any, max_chars: int) -> str | None:
 
 
 def _message(m: Any, max_chars: int) -> dict[str, Any]:
-    if not isinstance(m, Mapping):
+    if not is_map(m):
         return {"role": "?", "content": _text(m, max_chars)}
     role = str(m.get("role", "?"))
     content = m.get("content")
@@ -84,9 +84,9 @@ def _message(m: Any, max_chars: int) -> dict[str, Any]:
     if isinstance(calls, list) and calls:
         out["tool_calls"] = []
         for c in calls:
-            fn = c.get("function") if isinstance(c, Mapping) else None
-            fn = fn if isinstance(fn, Mapping) else (c if isinstance(c, Mapping) else {})
-            out["tool_calls"].append({"id": c.get("id") if isinstance(c, Mapping) else None,
+            fn = c.get("function") if is_map(c) else None
+            fn = fn if is_map(fn) else (c if is_map(c) else {})
+            out["tool_calls"].append({"id": c.get("id") if is_map(c) else None,
                                       "name": str(fn.get("name", "?")),
                                       "arguments": _arguments(fn.get("arguments"), max_chars)})
     if m.get("reasoning_content"):
@@ -95,7 +95,7 @@ def _message(m: Any, max_chars: int) -> dict[str, Any]:
 
 
 def _tool_call(c: Any, t0: float, max_chars: int) -> dict[str, Any]:
-    c = c if isinstance(c, Mapping) else {}
+    c = c if is_map(c) else {}
     started = c.get("started")
     return {"name": str(c.get("name", "?")), "call_id": c.get("call_id"),
             "arguments": _arguments(c.get("arguments"), max_chars),
@@ -105,9 +105,9 @@ def _tool_call(c: Any, t0: float, max_chars: int) -> dict[str, Any]:
 
 
 def _finish_reason(response: Any) -> str | None:
-    if isinstance(response, Mapping):
+    if is_map(response):
         choices = response.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+        if isinstance(choices, list) and choices and is_map(choices[0]):
             reason = choices[0].get("finish_reason")
             return str(reason) if reason is not None else None
         if response.get("stop_reason") is not None:  # Anthropic messages
@@ -116,8 +116,8 @@ def _finish_reason(response: Any) -> str | None:
 
 
 def _model_call(c: Any, t0: float, max_chars: int) -> dict[str, Any]:
-    c = c if isinstance(c, Mapping) else {}
-    request = c.get("request") if isinstance(c.get("request"), Mapping) else {}
+    c = c if is_map(c) else {}
+    request = c.get("request") if is_map(c.get("request")) else {}
     params = {k: v for k, v in request.items() if k not in ("messages", "tools", "input", "system")
               and isinstance(v, (str, int, float, bool))}
     started = c.get("started")
@@ -129,12 +129,12 @@ def _model_call(c: Any, t0: float, max_chars: int) -> dict[str, Any]:
 
 def _tool_names(model_calls: list[Any]) -> list[str]:
     for c in model_calls:
-        tools = (c.get("request") or {}).get("tools") if isinstance(c, Mapping) else None
+        tools = (c.get("request") or {}).get("tools") if is_map(c) else None
         if isinstance(tools, list):
             names = []
             for t in tools:
-                fn = t.get("function", t) if isinstance(t, Mapping) else {}
-                if isinstance(fn, Mapping) and fn.get("name"):
+                fn = t.get("function", t) if is_map(t) else {}
+                if is_map(fn) and fn.get("name"):
                     names.append(str(fn["name"]))
             return names
     return []
@@ -150,7 +150,7 @@ def rollout_detail(rec: Mapping[str, Any], seq: int, *, max_chars: int = MAX_CHA
     model_calls = _list(traj.get("model_calls"))
     started_at = rec.get("started_at")
     t0 = float(started_at) if isinstance(started_at, (int, float)) else 0.0
-    verdict = rec.get("verdict") if isinstance(rec.get("verdict"), Mapping) else None
+    verdict = rec.get("verdict") if is_map(rec.get("verdict")) else None
     outcome = as_map(rec.get("outcome"))
     messages, tool_calls = _list(traj.get("messages")), _list(traj.get("tool_calls"))
     return {

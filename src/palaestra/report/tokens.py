@@ -17,6 +17,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from palaestra.report.rows import is_map
+
 __all__ = ["token_view"]
 
 MAX_SEQUENCE_TOKENS = 16_000  # a longer merged sequence is cut (the per-turn view still has everything)
@@ -29,14 +31,14 @@ def _ints(value: Any) -> list[int] | None:
 
 
 def _logprob_content(response: Any) -> list[Mapping[str, Any]]:
-    if not isinstance(response, Mapping):
+    if not is_map(response):
         return []
     choices = response.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+    if not isinstance(choices, list) or not choices or not is_map(choices[0]):
         return []
     block = choices[0].get("logprobs")
-    content = block.get("content") if isinstance(block, Mapping) else None
-    return [c for c in content if isinstance(c, Mapping)] if isinstance(content, list) else []
+    content = block.get("content") if is_map(block) else None
+    return [c for c in content if is_map(c)] if isinstance(content, list) else []
 
 
 def _turn(index: int, call: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -78,7 +80,7 @@ def token_view(model_calls: Sequence[Mapping[str, Any]]) -> dict[str, Any] | Non
 
     Returns None when no model call carried token ids, logprobs or pieces.
     """
-    turns = [t for i, c in enumerate(model_calls) if isinstance(c, Mapping) and (t := _turn(i, c))]
+    turns = [t for i, c in enumerate(model_calls) if is_map(c) and (t := _turn(i, c))]
     if not turns:
         return None
     for prev, cur in itertools.pairwise(turns):

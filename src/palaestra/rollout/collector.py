@@ -8,7 +8,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from palaestra.agents.base import Agent
 from palaestra.agents.registry import make_agent
@@ -30,6 +30,14 @@ from palaestra.rollout.runner import run_rollout
 
 ProgressFn = Callable[[Rollout, bool], None]
 log = logging.getLogger(__name__)
+
+
+class Appender(Protocol):
+    """Where attempts are journaled: the run's ``Journal``, or (in a worker process of ``--cluster local``)
+    a stand-in that forwards each record to the one process that writes the journal and returns once
+    that process has fsynced it."""
+
+    async def append(self, record: Any) -> None: ...
 
 
 # Outcome messages of failures that the same attempt would hit again: a row its environment refuses, a
@@ -91,7 +99,7 @@ class Collector:
             s["model"] = self.cfg.model_name
         return s
 
-    async def _one(self, task: Task, repeat: int, first_attempt: int, journal: Journal) -> None:
+    async def _one(self, task: Task, repeat: int, first_attempt: int, journal: Appender) -> None:
         """Attempts until scored or out of attempts; each attempt is journaled before the next starts."""
         spec = self.model_spec(task)
         env: EnvClient = self.envs[task.env].client
@@ -126,7 +134,8 @@ class Collector:
 
 
 async def attempts_until_scored(attempt: Callable[[int], Awaitable[Rollout]], first_attempt: int, max_attempts: int,
-                                journal: Journal, on_rollout: ProgressFn | None, *, task: Task | None = None) -> None:
+                                journal: Appender, on_rollout: ProgressFn | None, *,
+                                task: Task | None = None) -> None:
     """Run attempts ``first_attempt, ...`` of one (task, repeat) until one is scored or none is left; each is
     journaled before the next starts, with a short backoff between them. Shared by the local and the Ray
     collectors, which differ only in how one attempt runs. Records are journaled compact, referencing

@@ -72,8 +72,9 @@ class RunConfig(BaseModel):
                                                                              "name, for cost in metrics and compare.")
     entries: list[RunEntry] | None = Field(None, description="Several (dataset × agent × model) entries in one run "
                                                              "(run file only): one journal, metrics per entry.")
-    cluster: str | None = Field(None, description="Run the rollouts on a Ray cluster: ray | ray:local | ray:auto | "
-                                "ray:HOST:PORT | ray://HOST:PORT, options ?workers=N&env_replicas=N; with "
+    cluster: str | None = Field(None, description="Run the rollouts in worker processes on this machine: local "
+                                "or local?workers=N (one per CPU by default); or on a Ray cluster: ray | ray:local | "
+                                "ray:auto | ray:HOST:PORT | ray://HOST:PORT, options ?workers=N&env_replicas=N; with "
                                 "--placement ray the environment servers run as Ray actors too.")
     routes: dict[str, str] = Field(default_factory=dict, description="NeMo Gym agent names (a row's agent_ref) → "
                                    "environment; a NeMo Gym config file given as --config fills it.")
@@ -88,8 +89,9 @@ class RunConfig(BaseModel):
     judge_model_name: str | None = Field(None, description="Model name sent to the judge (PALAESTRA_JUDGE_MODEL_NAME).")
     judge_api_key_env: str | None = Field(None, description="Variable holding the judge's API key "
                                           "(PALAESTRA_JUDGE_API_KEY_ENV; default OPENAI_API_KEY).")
-    nemo_compat: bool | None = Field(None, description="Grade mcqa and math rows exactly as NeMo Gym 0.7's verifiers "
-                                     "do (docs/nemo_gym_parity.md); a row's metadata.nemo_compat overrides it.")
+    nemo_compat: bool | None = Field(None, description="Grade mcqa, math, json_schema and reasoning_gym rows "
+                                     "exactly as NeMo Gym 0.7's verifiers do (docs/nemo_gym_parity.md); a row's "
+                                     "metadata.nemo_compat overrides it.")
     run_id: str | None = Field(None, description="Set by the runtime from run.json: labels what the run's sandboxes "
                                "and servers create, so runs in one process or machine stay apart.")
 

@@ -221,6 +221,22 @@ class Journal:
         self._wake.set()
         await fut
 
+    async def append_lines(self, lines: list[bytes]) -> None:
+        """Append records already encoded elsewhere (by ``encode_record``, one JSON object and its newline
+        each), all in one group commit: what a writer that journals for other processes appends, so it
+        neither decodes nor re-encodes them. Returns once all are fsynced; raises JournalError if not."""
+        if self._broken is not None:
+            raise JournalError(self._broken, path=self.path, hint=_RESUME_HINT)
+        if self._fd is None or self._closing or self._writer is None or self._writer.done():
+            raise JournalError(f"journal {self.path} is not open", path=self.path,
+                               hint="call `await journal.open()` (or use `async with Journal(path)`) first")
+        if not lines:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.extend((line, fut) for line in lines)  # one batch: the writer takes all of _pending at once
+        self._wake.set()
+        await fut
+
     async def close(self) -> None:
         """Flush everything queued, stop the writer and release the file."""
         if self._fd is None:

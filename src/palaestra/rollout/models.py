@@ -7,6 +7,7 @@ from palaestra.models.base import ModelBackend
 from palaestra.models.factory import make_backend
 from palaestra.models.router import RouterBackend, RouteSpec, is_router, parse_route
 from palaestra.rollout.config import RunConfig
+from palaestra.server.continuation import with_continuation
 from palaestra.server.model_proxy import ModelProxy
 
 
@@ -29,9 +30,10 @@ class ModelPool:
         spec = self.resolve(spec)
         if spec not in self._backends:
             c = self.cfg
-            self._backends[spec] = make_backend(spec, model_name=c.model_name, api_key_env=c.api_key_env,
-                                                api_key_file=c.api_key_file, capture_tokens=c.capture_tokens,
-                                                seed=c.seed or 0, max_concurrency=max(c.concurrency, 1))
+            # a backend that honours continuation ids continues every rollout's exact ids turn after turn
+            self._backends[spec] = with_continuation(make_backend(
+                spec, model_name=c.model_name, api_key_env=c.api_key_env, api_key_file=c.api_key_file,
+                capture_tokens=c.capture_tokens, seed=c.seed or 0, max_concurrency=max(c.concurrency, 1)))
         return self._backends[spec]
 
     def route(self, spec: str) -> RouteSpec | None:

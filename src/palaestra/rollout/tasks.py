@@ -221,6 +221,8 @@ def load_task_file(path: str | Path, default_env: str = "", routes: Mapping[str,
                 continue
             out.problems.append(RowProblem(p.name, lineno, "env", "no environment: name one in the row or pass --env"))
             continue
+        if task.id in seen and nemo_rows.REQUEST_KEY in task.metadata:
+            task = nemo_rows.unique_id(task, lineno, seen)  # NeMo Gym repeats ids: keep the row, say so
         if task.id in seen:
             out.problems.append(RowProblem(p.name, lineno, "id",
                                            f"duplicate id '{task.id}' (first at line {seen[task.id]})"))

@@ -22,6 +22,19 @@ NEMO_GYM = ("docker", "apptainer", "enroot", "openshell", "opensandbox", "dayton
 SPECS = {"docker-gvisor": "docker?runtime=runsc", "podman-gvisor": "podman?runtime=runsc"}
 
 
+# What was found running OpenSandbox 1.1.1 here (server and SDK from PyPI, against a local dockerd): the
+# server starts and answers /health, but every create fails at its first step, which copies /execd and
+# /bootstrap.sh out of the execd image ("SANDBOX_EXECD_DISTRIBUTION_FAILED ... Could not find the file
+# /execd"). execd is a Go daemon shipped only as that image; no package has it, and its source cannot be
+# built from the registries (go 1.25 wanted, Debian 12 has 1.19; a `replace` of a sibling module keeps
+# `go install` from fetching it).
+_OPENSANDBOX = (
+    "but no sandbox can start: every create needs the `opensandbox/execd` image (its in-sandbox Go daemon, "
+    "published only on a container registry, which this machine cannot reach; no PyPI, npm or Debian "
+    "package ships it, and its source needs Go 1.25 where Debian 12 has 1.19), and network policy needs "
+    "its `opensandbox/egress` image too")
+
+
 @dataclass(frozen=True)
 class Entry:
     name: str
@@ -60,10 +73,10 @@ def _external() -> list[Entry]:
     have = [m for m in ("opensandbox", "opensandbox_server") if _has_module(m)]
     rows.append(Entry(
         "opensandbox", False,
-        (f"installed ({', '.join(have)}); it needs its execd image built locally and no Palaestra provider "
-         "drives it yet" if have else "no package: `opensandbox` (SDK) and `opensandbox-server` are not "
-         "installed"),
-        False, True, "pip install opensandbox opensandbox-server; run the server on 127.0.0.1 against dockerd"))
+        (f"installed ({', '.join(have)}), " if have else "the SDK and server are on PyPI, ") + _OPENSANDBOX,
+        False, True, "load `opensandbox/execd` (and `opensandbox/egress` for network policy) into the engine "
+        "from a machine that reaches a registry (`docker save` / `docker load`) and run `opensandbox-server` on "
+        "127.0.0.1 against it; a Palaestra provider for it ships once it has run against that backend"))
     for name, module, service in (("daytona", "daytona", "Daytona's hosted service"),
                                   ("ecs-fargate", "boto3", "AWS ECS Fargate (an AWS account and region)"),
                                   ("e2b", "e2b", "E2B's hosted service"), ("modal", "modal", "Modal's hosted service")):

@@ -62,6 +62,9 @@ def docker_exec_args(container: str, *, user: str, cwd: str | None, env: Mapping
 
 _WRAP = '"$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
 _WRAP_KEEP = '"$@"'  # keep_background: what the command left running stays until close
+_READ = ('[ -e "$1" ] || [ -L "$1" ] || { echo "$1: No such file or directory" >&2; exit 1; }; '
+         '[ "$(readlink -f -- "$1")" = "$1" ] || { echo "a symlink is in the path" >&2; exit 3; }; '
+         '[ -f "$1" ] || { echo "not a regular file" >&2; exit 3; }; exec cat -- "$1"')
 
 
 async def cli(binary: str, *args: str, stdin: bytes | None = None, timeout: float = 60.0,
@@ -85,6 +88,10 @@ def _container_cgroups(full_id: str) -> BoxCgroups:
                                    f"{base}/pids/palaestra/{full_id}") if os.path.isdir(p)])
 
 
+def _any_dir(paths: Sequence[str]) -> bool:
+    return any(os.path.isdir(p) for p in paths)
+
+
 class DockerSandbox(Sandbox):
     def __init__(self, provider: DockerProvider, spec: SandboxSpec, record: dict[str, Any], full_id: str) -> None:
         self.provider = provider
@@ -95,6 +102,7 @@ class DockerSandbox(Sandbox):
         self.full_id = full_id
         self.created = float(record["created"])
         self._closed = False
+        self._ended = ""  # why the container ended under an exec (gVisor's memory bomb): later execs fail
         self._execs = 0
         self._lock = asyncio.Lock()
         self._cg = _container_cgroups(full_id)
@@ -103,6 +111,9 @@ class DockerSandbox(Sandbox):
     def _check_open(self) -> None:
         if self._closed:
             raise SandboxError(f"sandbox {self.id} is closed", hint="create a new sandbox")
+        if self._ended:
+            raise SandboxError(f"sandbox {self.id} ended: {self._ended}", reason="oom" if "memory" in self._ended
+                               else "provider", hint="create a new sandbox (with more memory_mb)")
 
     async def _raw_exec(self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float = 60.0,
                         cap: int = 1 << 20, user: str | None = None, cwd: str | None = None) -> Captured:
@@ -126,10 +137,13 @@ class DockerSandbox(Sandbox):
                 await self._kill_all()
                 killpg(pid)
 
-            cap = await run_captured([*self.provider.engine, *args], timeout=timeout, cap=self.spec.output_cap_bytes,
-                                     kill_at=self.spec.output_kill_bytes, kill_tree=kill_tree, stdin=stdin,
-                                     env=dict(os.environ))
+            run = asyncio.ensure_future(run_captured(
+                [*self.provider.engine, *args], timeout=timeout, cap=self.spec.output_cap_bytes,
+                kill_at=self.spec.output_kill_bytes, kill_tree=kill_tree, stdin=stdin, env=dict(os.environ)))
             self._execs += 1
+            if await self._container_ended(run):
+                return await self._ended_result()
+            cap = await run
             if cap.returncode in (125, 126, 127) and not cap.timed_out and b"Error" in cap.stderr[:400]:
                 state = await self._state()
                 if state != "running":
@@ -146,10 +160,50 @@ class DockerSandbox(Sandbox):
                 failure, detail = "oom", f"memory limit {self.spec.memory_mb} MB"
             elif cap.returncode != 0 and after["pids"] > before["pids"]:
                 failure, detail = "limit", f"process limit {self.spec.pids}"
+            if failure == "oom" and not self.provider.host_processes and await self._state() != "running":
+                self._ended = f"out of memory (memory limit {self.spec.memory_mb} MB): gVisor stopped the sandbox"
             return ExecResult(exit_code=cap.returncode, stdout=decode(cap.stdout), stderr=decode(cap.stderr),
                               stdout_truncated=cap.stdout_total > len(cap.stdout),
                               stderr_truncated=cap.stderr_total > len(cap.stderr), duration_s=cap.duration_s,
                               failure=failure, detail=detail, signal=cap.signal)
+
+    async def _container_ended(self, run: asyncio.Future[Captured]) -> bool:
+        """Under gVisor a memory bomb ends the whole sandbox, and docker's ``exec`` client then waits for its
+        timeout ("WaitPID failed: EOF"). The container's cgroup vanishing says so at once (a stat every
+        0.25 s, no process): the exec client is stopped and True returned. Host-process containers never
+        need this (their exec returns when the container dies)."""
+        paths = list(self._cg.paths)
+        if not paths or self.provider.host_processes:
+            return False
+
+        async def gone() -> None:
+            while _any_dir(paths):
+                await asyncio.sleep(0.25)
+
+        watcher = asyncio.ensure_future(gone())
+        watched: set[asyncio.Future[Any]] = {run, watcher}
+        done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+        if run in done:
+            watcher.cancel()
+            return False
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError, SandboxError):
+            await run
+        return True
+
+    async def _ended_result(self) -> ExecResult:
+        """The exec's result when the container ended under it: ``oom`` when the engine says the memory
+        limit killed it (docker's ``OOMKilled``; 137 under a memory limit), else a ``SandboxError``."""
+        cap = await cli(*self.provider.engine, "inspect", "-f", "{{.State.OOMKilled}} {{.State.ExitCode}}",
+                        self.name, timeout=15)
+        oom, _, code = decode(cap.stdout).strip().partition(" ")
+        if oom == "true" or (code == "137" and self.spec.memory_mb):
+            self._ended = f"out of memory (memory limit {self.spec.memory_mb} MB): gVisor stopped the sandbox"
+            return ExecResult(exit_code=137, stderr="the sandbox ran out of memory and was stopped\n",
+                              failure="oom", detail=f"memory limit {self.spec.memory_mb} MB; the sandbox ended",
+                              signal=9)
+        self._ended = f"the container exited ({code or 'state unknown'}) during an exec"
+        raise SandboxError(f"sandbox {self.id}: {self._ended}", hint="see the engine's logs for the container")
 
     async def _kill_all(self) -> None:
         """Kill everything but the container's init. From the host first, through the container's cgroup,
@@ -187,7 +241,8 @@ class DockerSandbox(Sandbox):
 
     async def download(self, path: str, *, max_bytes: int = 64 << 20) -> bytes:
         self._check_open()
-        cap = await self._raw_exec(["cat", "--", self.inner_path(path)], cap=max_bytes + 1)
+        # the contract: a symlink (anywhere in the path) or a special file is refused, never followed
+        cap = await self._raw_exec(["/bin/sh", "-c", _READ, "sh", self.inner_path(path)], cap=max_bytes + 1)
         if cap.returncode != 0:
             raise ValueError(f"cannot read '{path}' in the sandbox: {decode(cap.stderr).strip()[:300]}")
         if cap.stdout_total > max_bytes:

@@ -189,7 +189,9 @@ def create_model_app(proxy: ModelProxy) -> Starlette:
         return handle
 
     async def models(request: Request) -> Response:
-        name = getattr(proxy.backend, "model", None) or getattr(proxy.backend, "name", "palaestra")
+        # a backend's ``model`` is its model's name, or (a rollout's endpoint for a CLI) the ChatModel itself
+        names = [getattr(proxy.backend, attr, None) for attr in ("model", "name")]
+        name = next((n for n in names if isinstance(n, str) and n), "palaestra")
         return _json({"object": "list", "data": [{"id": name, "object": "model", "created": 0,
                                                   "owned_by": "palaestra"}]})
 

@@ -8,23 +8,16 @@ the reason, so the core suite runs anywhere.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 
 @pytest.fixture(scope="session")
-def local_backend() -> Iterator[Any]:
-    for module in ("torch", "transformers", "gguf", "llguidance"):
-        pytest.importorskip(module, reason=f"local-model: {module} is not installed (the [local] extra)")
-    from palaestra.core.errors import ConfigError
+def local_backend(local_model_path: Path) -> Iterator[Any]:
     from palaestra.models.local import make_local_backend
-    from palaestra.models.local.weights import resolve
 
-    try:
-        resolve(None, pull=True)
-    except ConfigError as exc:
-        pytest.skip(f"local-model: the default local model's weights are unavailable: {exc}")
     notes: list[str] = []
     backend = make_local_backend("local", max_batch=16, notify=notes.append)
     backend.start()

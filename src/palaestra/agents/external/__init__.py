@@ -5,12 +5,18 @@ endpoint; see ``runner.py`` for the flow and ``netns.py`` for the jail."""
 from __future__ import annotations
 
 from palaestra.agents.external.adapter import CLIAdapter, LaunchContext
+from palaestra.agents.external.aider import AiderAdapter
 from palaestra.agents.external.claude_code import ClaudeCodeAdapter
 from palaestra.agents.external.codex import CodexAdapter
+from palaestra.agents.external.gemini_cli import GeminiCLIAdapter
+from palaestra.agents.external.hermes import HermesAdapter
 from palaestra.agents.external.kilocode import KiloCodeAdapter
 from palaestra.agents.external.mini_swe_agent import MiniSweAgentAdapter
+from palaestra.agents.external.openclaw import OpenClawAdapter
 from palaestra.agents.external.opencode import OpenCodeAdapter
+from palaestra.agents.external.openhands import OpenHandsAdapter
 from palaestra.agents.external.pi import PiAdapter
+from palaestra.agents.external.qwen_code import QwenCodeAdapter
 from palaestra.agents.external.runner import ExternalCLIAgent
 
 ADAPTERS: dict[str, type[CLIAdapter]] = {
@@ -20,6 +26,12 @@ ADAPTERS: dict[str, type[CLIAdapter]] = {
     "opencode": OpenCodeAdapter,
     "kilocode": KiloCodeAdapter,
     "pi": PiAdapter,
+    "aider": AiderAdapter,
+    "hermes": HermesAdapter,
+    "openhands": OpenHandsAdapter,
+    "qwen-code": QwenCodeAdapter,
+    "openclaw": OpenClawAdapter,
+    "gemini-cli": GeminiCLIAdapter,
 }
 
 
@@ -47,6 +59,32 @@ def pi_agent(max_steps: int = 16) -> ExternalCLIAgent:
     return ExternalCLIAgent(PiAdapter(), max_steps=max_steps)
 
 
-__all__ = ["ADAPTERS", "CLIAdapter", "ClaudeCodeAdapter", "CodexAdapter", "ExternalCLIAgent", "KiloCodeAdapter",
-           "LaunchContext", "MiniSweAgentAdapter", "OpenCodeAdapter", "PiAdapter", "claude_code_agent",
-           "codex_agent", "kilocode_agent", "mini_swe_agent", "opencode_agent", "pi_agent"]
+def aider_agent(max_steps: int = 16) -> ExternalCLIAgent:
+    return ExternalCLIAgent(AiderAdapter(), max_steps=max_steps)
+
+
+def hermes_agent(max_steps: int = 16) -> ExternalCLIAgent:
+    return ExternalCLIAgent(HermesAdapter(), max_steps=max_steps)
+
+
+def openhands_agent(max_steps: int = 16) -> ExternalCLIAgent:
+    return ExternalCLIAgent(OpenHandsAdapter(), max_steps=max_steps)
+
+
+def qwen_code_agent(max_steps: int = 16) -> ExternalCLIAgent:
+    return ExternalCLIAgent(QwenCodeAdapter(), max_steps=max_steps)
+
+
+def openclaw_agent(max_steps: int = 16) -> ExternalCLIAgent:
+    return ExternalCLIAgent(OpenClawAdapter(), max_steps=max_steps)
+
+
+def gemini_cli_agent(max_steps: int = 16) -> ExternalCLIAgent:
+    return ExternalCLIAgent(GeminiCLIAdapter(), max_steps=max_steps)
+
+
+__all__ = ["ADAPTERS", "AiderAdapter", "CLIAdapter", "ClaudeCodeAdapter", "CodexAdapter", "ExternalCLIAgent",
+           "GeminiCLIAdapter", "HermesAdapter", "KiloCodeAdapter", "LaunchContext", "MiniSweAgentAdapter",
+           "OpenClawAdapter", "OpenCodeAdapter", "OpenHandsAdapter", "PiAdapter", "QwenCodeAdapter", "aider_agent",
+           "claude_code_agent", "codex_agent", "gemini_cli_agent", "hermes_agent", "kilocode_agent",
+           "mini_swe_agent", "openclaw_agent", "opencode_agent", "openhands_agent", "pi_agent", "qwen_code_agent"]

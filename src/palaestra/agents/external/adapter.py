@@ -14,6 +14,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from palaestra.core.errors import AgentError
 from palaestra.server.model_proxy import Api
@@ -26,6 +27,18 @@ def agents_dir() -> Path:
     from palaestra.settings import machine
 
     return Path(machine().agents_dir or DEFAULT_AGENTS_DIR)  # $PALAESTRA_AGENTS_DIR
+
+
+def printed_text(stdout: str, key: str) -> str | None:
+    """The text under ``key`` of the one JSON object a CLI printed (after any lines of its own before it),
+    None when there is none: how CLIs with a ``--json``-style output give their final message."""
+    start = stdout.find("{")
+    try:
+        printed = json.loads(stdout[start:]) if start >= 0 else None
+    except ValueError:
+        return None
+    text = printed.get(key) if isinstance(printed, dict) else None
+    return text if isinstance(text, str) else None
 
 
 @dataclass
@@ -53,12 +66,14 @@ class CLIAdapter(abc.ABC):
     agents directory where it is installed, and build the command line."""
 
     name: str = ""
-    dialect: Api = "chat"
+    dialect: Api | Literal["gemini"] = "chat"  # "gemini": Google's generateContent (gemini_wire.py)
     executable: str = ""
     install_paths: tuple[str, ...] = ()  # relative to the agents directory
     package: str = ""  # what to install, for error messages
     version: str = ""  # the pinned version .ci/setup-agents.sh installs
     npm_package: str = ""  # its npm name, when it comes from npm (where its installed version is read)
+    npm_prefix: str = "npm"  # the npm prefix under the agents directory that holds it
+    venv: str = ""  # when it comes from PyPI: its virtual environment under the agents directory
 
     @property
     def env_var(self) -> str:
@@ -87,11 +102,19 @@ class CLIAdapter(abc.ABC):
                          hint=SETUP_HINT.format(var=self.env_var))
 
     def installed_version(self) -> str | None:
-        """The version installed under the agents directory (npm's package.json), None when unknown."""
+        """The version installed under the agents directory, None when unknown: for a PyPI harness what
+        .ci/setup-agents.sh recorded once its venv was finished, for an npm one its package.json."""
+        if self.venv:
+            marker = agents_dir() / self.venv / ".palaestra-version"
+            try:
+                return marker.read_text(encoding="utf-8").strip() or None
+            except OSError:
+                return None
         if not self.npm_package:
             return None
         try:
-            data = json.loads((agents_dir() / "npm/node_modules" / self.npm_package / "package.json").read_text())
+            manifest = agents_dir() / self.npm_prefix / "node_modules" / self.npm_package / "package.json"
+            data = json.loads(manifest.read_text())
         except (OSError, ValueError):
             return None
         return str(data.get("version")) if isinstance(data, dict) and data.get("version") else None

@@ -21,6 +21,7 @@ from typing import Any
 import uvicorn
 
 from palaestra.agents.base import ChatModel
+from palaestra.agents.external.gemini_wire import gemini_routes
 from palaestra.core.errors import AgentError, ModelError
 from palaestra.core.records import ModelCallRecord
 from palaestra.models.base import CallContext
@@ -100,6 +101,37 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
+class InTaskServer:
+    """A rollout's model endpoint served by uvicorn as a task of the running event loop: ``start`` returns
+    once it accepts connections (None when it could not start: it is stopped then), ``stop`` ends it
+    without waiting long on clients that keep connections open."""
+
+    def __init__(self) -> None:
+        self.server: _QuietServer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, config: uvicorn.Config, rounds: int) -> _QuietServer | None:
+        self.server = server = _QuietServer(config)
+        self._task = asyncio.create_task(server.serve())
+        for _ in range(rounds):
+            if server.started:
+                return server
+            if self._task.done():
+                break
+            await asyncio.sleep(0.01)
+        await self.stop()
+        return None
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.should_exit = True
+            self.server.force_exit = True
+        if self._task is not None:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._task, 5.0)
+        self.server = self._task = None
+
+
 class ModelEndpoint:
     """``async with ModelEndpoint(model, sampling) as ep``: ``ep.uds`` is the socket to forward to;
     ``ep.path_prefix`` the URL path (``/rollouts/<id>``) that names this run's calls."""
@@ -111,8 +143,7 @@ class ModelEndpoint:
         self.label = "".join(c if c.isalnum() or c in "-_" else "-" for c in label)[:64] or "cli"
         self.proxy.register(self.label)
         self._dir = ""
-        self._server: _QuietServer | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._served = InTaskServer()
 
     @property
     def uds(self) -> str:
@@ -129,27 +160,17 @@ class ModelEndpoint:
     async def __aenter__(self) -> ModelEndpoint:
         self._dir = tempfile.mkdtemp(prefix="pal-ep-")  # short: a socket path must fit in 108 bytes
         os.chmod(self._dir, 0o700)
-        config = uvicorn.Config(create_model_app(self.proxy), uds=self.uds, log_level="warning", lifespan="off",
+        app = create_model_app(self.proxy)
+        app.router.routes.extend(gemini_routes(self.proxy))  # Gemini CLI speaks Google's generateContent
+        config = uvicorn.Config(app, uds=self.uds, log_level="warning", lifespan="off",
                                 access_log=False, timeout_graceful_shutdown=1)
-        self._server = _QuietServer(config)
-        self._task = asyncio.create_task(self._server.serve())
-        for _ in range(500):
-            if self._server.started:
-                return self
-            if self._task.done():
-                break
-            await asyncio.sleep(0.01)
-        await self.__aexit__(None, None, None)
-        raise AgentError(f"the model endpoint for an external CLI did not start on {self.uds}",
-                         hint="check that the temp directory is writable and allows unix sockets")
+        if await self._served.start(config, rounds=500) is None:
+            await self.__aexit__(None, None, None)
+            raise AgentError(f"the model endpoint for an external CLI did not start on {self.uds}",
+                             hint="check that the temp directory is writable and allows unix sockets")
+        return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-            self._server.force_exit = True
-        if self._task is not None:
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
-                await asyncio.wait_for(self._task, 5.0)
-        self._server = self._task = None
+        await self._served.stop()
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from palaestra.agents.external.adapter import CLIAdapter, LaunchContext, agents_dir
+from palaestra.agents.external.adapter import CLIAdapter, LaunchContext
 
 TRAJECTORY = "mini.traj.json"
 
@@ -23,13 +23,7 @@ class MiniSweAgentAdapter(CLIAdapter):
     install_paths = ("mini-swe-agent/bin/mini",)
     package = "PyPI mini-swe-agent"
     version = "2.4.6"
-
-    def installed_version(self) -> str | None:
-        """What .ci/setup-agents.sh recorded when it finished the venv (absent: not installed there)."""
-        marker = agents_dir() / "mini-swe-agent/.palaestra-version"
-        if not marker.is_file():
-            return None
-        return marker.read_text(encoding="utf-8").strip() or None
+    venv = "mini-swe-agent"
 
     def command(self, ctx: LaunchContext) -> list[str]:
         settings = ["mini.yaml", f"model.model_kwargs.api_base={ctx.openai_base}", "model.cost_tracking=ignore_errors",

@@ -5,6 +5,13 @@ The answer is the reply's text, or, when the row names ``metadata.answer_tool`` 
 outputs with ``response_mode: tool_call``), the arguments of the model's last call of that tool (its
 ``answer_tool_key`` member when given). A row whose ``schema_format`` is not JSON (CSV, YAML, TOML) is
 refused: only JSON answers are validated here.
+
+``nemo_compat`` (constructor, or a row's ``metadata.nemo_compat``) grades as NeMo Gym 0.7's
+structured_outputs server does (docs/nemo_gym_parity.md): the reply must make exactly one function call,
+of the answer tool (two calls, even of the same tool, score 0); a text answer is the whole reply as JSON
+(no fenced or embedded block); the schema is made strict first (every declared property required, no
+others allowed); the reward is 1 or 0. Off (the default), the last call of the answer tool counts and the
+reward is the mean of its parts.
 """
 
 from __future__ import annotations
@@ -36,8 +43,59 @@ def _tool_name(tool: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def _strict(schema: Any) -> Any:
+    """A copy of ``schema`` in which every object with ``properties`` requires them all and allows no others
+    (what NeMo Gym's verifier does to a schema before validating)."""
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items()}
+    if isinstance(out.get("properties"), dict):
+        out["required"], out["additionalProperties"] = list(out["properties"]), False
+    return out
+
+
+def _nemo_answer(state: Task, trajectory: Trajectory) -> tuple[Any, str | None, str | None]:
+    """The answer as NeMo Gym's structured_outputs server reads it (see the module docstring)."""
+    tool = state.metadata.get("answer_tool")
+    if not tool:
+        text = trajectory.final_text()
+        if not text.strip():
+            return None, None, "empty_response"
+        try:
+            return json.loads(text), "whole", None
+        except ValueError:
+            return None, None, "invalid_json"
+    calls = trajectory.tool_calls
+    if len(calls) != 1:
+        return None, None, "missing_tool_call" if not calls else "multiple_tool_calls"
+    if calls[0].name != tool:
+        return None, None, "wrong_tool_name"
+    return _tool_payload(state, tool, calls[0].arguments)
+
+
+def _tool_payload(state: Task, tool: str, args: Any) -> tuple[Any, str | None, str | None]:
+    """The answer inside the answer tool's arguments: parsed when a string, under ``answer_tool_key``
+    when the row names one."""
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None, None, "tool_arguments_not_json"
+    key = state.metadata.get("answer_tool_key")
+    if key:
+        if not isinstance(args, dict) or key not in args:
+            return None, None, "missing_tool_payload_key"
+        args = args[key]
+    return args, f"tool:{tool}", None
+
+
 class JSONSchema(Environment):
     """Structured output: parse the answer's JSON, validate it, compare expected values."""
+
+    def __init__(self, *, nemo_compat: bool = False) -> None:
+        self.nemo_compat = nemo_compat
 
     name = "json_schema"
     version = "0.1"
@@ -110,23 +168,14 @@ class JSONSchema(Environment):
         calls = [r.arguments for r in trajectory.tool_calls if r.name == tool]
         if not calls:
             return None, None, f"no_{tool}_call"
-        args = calls[-1]
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except ValueError:
-                return None, None, "tool_arguments_not_json"
-        key = state.metadata.get("answer_tool_key")
-        if key:
-            if not isinstance(args, dict) or key not in args:
-                return None, None, "missing_tool_payload_key"
-            args = args[key]
-        return args, f"tool:{tool}", None
+        return _tool_payload(state, tool, calls[-1])
 
     def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         self.check_task(state)
         meta = state.metadata
-        value, found_by, not_found = self._answer(state, trajectory)
+        flag = meta.get("nemo_compat")
+        compat = flag if isinstance(flag, bool) else self.nemo_compat
+        value, found_by, not_found = (_nemo_answer if compat else self._answer)(state, trajectory)
         expected: dict[str, Any] = meta.get("expected") or {}
         normalize = bool(meta.get("normalize_strings", False))
         components = {"parse": 0.0, "schema": 0.0}
@@ -138,7 +187,8 @@ class JSONSchema(Environment):
         else:
             metadata["found_by"] = found_by
             components["parse"] = 1.0
-            errors = sorted(_validator(meta["schema"]).iter_errors(value), key=lambda e: list(e.absolute_path))
+            schema = _strict(meta["schema"]) if compat else meta["schema"]
+            errors = sorted(_validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
             components["schema"] = 0.0 if errors else 1.0
             if errors:
                 metadata["schema_errors"] = [
@@ -154,8 +204,11 @@ class JSONSchema(Environment):
                 components["values"] = (len(expected) - len(wrong)) / len(expected)
                 if wrong:
                     metadata["wrong_values"] = wrong
-        reward = sum(components.values()) / len(components)
-        return Verdict(reward=reward, passed=all(v == 1.0 for v in components.values()),
+        passed = all(v == 1.0 for v in components.values())
+        reward = float(passed) if compat else sum(components.values()) / len(components)
+        if compat:
+            metadata["nemo_compat"] = True
+        return Verdict(reward=reward, passed=passed,
                        components=components, metadata=metadata,
                        answer=json.dumps(value, sort_keys=True) if found_by else None)
 

@@ -8,7 +8,8 @@ its options already in the messages, a ``grading_mode``), as well as plain rows 
 from __future__ import annotations
 
 import re
-from typing import Any
+import threading
+from typing import Any, ClassVar
 
 from palaestra.core.environment import Environment
 from palaestra.core.errors import InvalidTask
@@ -97,15 +98,22 @@ class MCQA(Environment):
 
     # check_task, seed, prompt and verify all need a task's normalized options. Sessions open and verify
     # on the same Task objects but interleaved (hundreds in flight), so results are kept by identity for
-    # the last _MEMO_SIZE tasks; the Task is kept alongside so a recycled id() never matches.
+    # the last _MEMO_SIZE tasks; the Task is kept alongside so a recycled id() never matches. The memo is
+    # shared by every instance of a class: a run checks each row once when it selects rows and again when
+    # its session opens, on two instances (one per run, one per placement), and a check depends on the
+    # task alone (``nemo_compat`` changes how a reply is read, never whether a task is valid or its
+    # options). Keyed per class, so a subclass with its own check never reads another's result.
     _MEMO_SIZE = 8192
+    _MEMOS: ClassVar[dict[type, dict[int, tuple[Task, Options]]]] = {}
+    _MEMO_LOCK: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, *, nemo_compat: bool = False) -> None:
         """``nemo_compat``: read replies exactly as NeMo Gym 0.7's mcqa / gpqa_diamond verifiers do
         (first ``Answer:``, ambiguous replies taken, see ``nemo.py``) for every task that does not set
         ``metadata.nemo_compat`` itself. Off by default: Palaestra's reading does not guess."""
         self.nemo_compat = nemo_compat
-        self._memo: dict[int, tuple[Task, Options]] = {}
+        with self._MEMO_LOCK:
+            self._memo = self._MEMOS.setdefault(type(self), {})
 
     @staticmethod
     def _check_nemo_fields(task: Task) -> None:
@@ -135,17 +143,24 @@ class MCQA(Environment):
         return flag if isinstance(flag, bool) else self.nemo_compat
 
     def check_task(self, task: Task) -> None:
+        hit = self._memo.get(id(task))
+        if hit is None or hit[0] is not task:  # a task that failed is never kept: it fails again, by name
+            self._remember(task, self._checked_options(task))
+
+    def _remember(self, task: Task, options: Options) -> None:
         memo = self._memo
-        if len(memo) >= self._MEMO_SIZE:
-            del memo[next(iter(memo))]  # the oldest first
-        memo[id(task)] = (task, self._checked_options(task))
+        with self._MEMO_LOCK:  # shared with other instances, which may run in other threads
+            if len(memo) >= self._MEMO_SIZE:
+                del memo[next(iter(memo))]  # the oldest first
+            memo[id(task)] = (task, options)
 
     def _options(self, task: Task) -> Options:
         hit = self._memo.get(id(task))
         if hit is not None and hit[0] is task:
             return hit[1]
-        self.check_task(task)
-        return self._memo[id(task)][1]
+        options = self._checked_options(task)
+        self._remember(task, options)
+        return options
 
     def prompt(self, task: Task) -> list[dict[str, Any]]:
         """Render lettered options under the question, unless the question already lists them."""

@@ -9,6 +9,11 @@ A row may instead carry its entry (``metadata.entry``: ``question``, ``answer`` 
 ``metadata`` with ``source_dataset``), as NeMo Gym's reasoning_gym rows do: it is then scored by the
 scorer reasoning-gym registers for that ``source_dataset`` (``get_score_answer_fn``), on the entry as
 given, and its prompt is the row's own.
+
+``nemo_compat`` (constructor, or a row's ``metadata.nemo_compat``) reads the reply as NeMo Gym 0.7's
+reasoning_gym server does (docs/nemo_gym_parity.md): the last ``<answer>`` pair in lower case only, else
+the first ``\\boxed{...}`` without nested braces, else the whole reply, and the scorer runs even on an
+empty answer. Off (the default), tags are read in any case and a box is no answer form of its own.
 """
 
 from __future__ import annotations
@@ -24,6 +29,17 @@ from palaestra.core.records import Reference, Task, Trajectory, Verdict
 from palaestra.envs.reasoning_gym.canonical import Canonical, ScoreError
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_NEMO_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
+_NEMO_BOX = re.compile(r"\\boxed\{([^}]+)\}")
+
+
+def nemo_answer(text: str) -> str:
+    """The answer NeMo Gym's reasoning_gym server hands the scorer (possibly empty, never None)."""
+    tags = _NEMO_TAG.findall(text)
+    if tags:
+        return str(tags[-1]).strip()
+    box = _NEMO_BOX.search(text)
+    return box.group(1).strip() if box else text.strip()
 
 
 def extract_answer(text: str) -> str | None:
@@ -131,8 +147,9 @@ class ReasoningGym(Environment):
     system_prompt = ("Think the problem through, then give only the final answer inside <answer></answer> tags, "
                      "following any answer format the question asks for.")
 
-    def __init__(self) -> None:
+    def __init__(self, *, nemo_compat: bool = False) -> None:
         self._canonical: Canonical | None = None
+        self.nemo_compat = nemo_compat
 
     # ---- generation --------------------------------------------------------------------------------
     @property
@@ -207,9 +224,11 @@ class ReasoningGym(Environment):
 
     def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         ds, item = self.entry(state)
-        answer = extract_answer(trajectory.final_text())
+        flag = state.metadata.get("nemo_compat")
+        compat = flag if isinstance(flag, bool) else self.nemo_compat
+        answer = nemo_answer(trajectory.final_text()) if compat else extract_answer(trajectory.final_text())
         dataset = ds.name
-        meta: dict[str, Any] = {"dataset": dataset}
+        meta: dict[str, Any] = {"dataset": dataset, **({"nemo_compat": True} if compat else {})}
         if answer is None:
             return Verdict(reward=0.0, passed=False, components={"score": 0.0},
                            metadata={**meta, "reason": "no_answer"})

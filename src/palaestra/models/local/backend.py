@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from palaestra.core.errors import ModelError
 from palaestra.models.base import CallContext
-from palaestra.models.local import prompt, toolcalls
+from palaestra.models.local import continuation, prompt, toolcalls
 from palaestra.models.local.engine import Engine, Generation, Loaded, Params
 from palaestra.models.local.loader import LoadOptions, eos_ids, load
 from palaestra.models.local.weights import Notify
@@ -68,6 +68,8 @@ class LocalBackend:
     at ``start()``), printing where the weights came from and how fast it runs."""
 
     name = "local"
+    # honours continue_token_ids: the run wraps it in ContinuationBackend, so multi-turn rollouts are exact
+    continues_tokens = True
 
     def __init__(self, model: str | None = None, *, dtype: str = "float32", threads: int | None = None,
                  max_batch: int = 32, default_max_tokens: int = 1024, pull: bool = True,
@@ -171,10 +173,17 @@ class LocalBackend:
                     tools: list[dict[str, Any]] | None) -> tuple[list[int], dict[str, Any] | None]:
         """The prompt's token ids and what to report about them (``palaestra`` in the response).
 
-        The hook a training policy overrides to continue a rollout's exact previous tokens
-        (``train/local_policy.py``) instead of re-rendering the conversation."""
+        A request with ``continue_token_ids`` (set per rollout by ``ContinuationBackend``) continues a
+        rollout's exact previous ids instead of re-rendering the conversation (``continuation.py``);
+        ``palaestra.continued`` says whether it could."""
+        try:
+            ids, asked = continuation.continued_ids(loaded.tokenizer, loaded.eos_ids, request, messages, tools)
+        except ValueError as exc:
+            raise _bad(str(exc)) from None
+        if ids is not None:
+            return ids, {"continued": True}
         _, ids = prompt.render(loaded.tokenizer, messages, tools)
-        return ids, None
+        return ids, ({"continued": False} if asked else None)
 
     def _tools(self, request: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
         """(tools to render, constraint): constraint is None (free text), "" (any tool) or a tool name."""

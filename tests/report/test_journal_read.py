@@ -1,0 +1,91 @@
+"""The end of a run reads its journal once for metrics.json and report.html (rollout.results.JournalRead).
+
+The report built from that one read must be the very page the viewer's own reading of the journal gives,
+for a clean run and for a damaged one: torn and garbage lines, a record that is JSON but not a Rollout,
+and records whose task has gone from tasks.jsonl (shown with a placeholder, not dropped)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import orjson
+
+from palaestra.orchestrator import write_metrics
+from palaestra.report.rundata import load_run_info
+from palaestra.report.static import build_report, write_report
+from palaestra.rollout.results import read_rollouts, read_run_journal
+from palaestra.rollout.tasks import read_tasks
+
+from .conftest import mixed_records, write_run
+
+
+def _both(run_dir: Path) -> tuple[str, str]:
+    info = load_run_info(run_dir)
+    return build_report(info), build_report(info, journal=read_run_journal(info.journal))
+
+
+def test_one_read_gives_the_same_report_on_a_real_run(real_run: Path, tmp_path: Path) -> None:
+    run = Path(shutil.copytree(real_run, tmp_path / "run"))
+    via_index, via_read = _both(run)
+    assert via_index == via_read
+    read = read_run_journal(run / "rollouts.jsonl")
+    assert len(read.records) == len(read.rollouts) > 0
+    assert read.problems == [] and read.invalid == []
+    assert '"compact"' in (run / "rollouts.jsonl").read_text()  # the run wrote compact records: expansion ran
+
+
+def _long_question_run(tmp_path: Path) -> Path:
+    """A real run whose questions are long enough that its records reference them in tasks.jsonl."""
+    from palaestra.envs.registry import load_env
+    from palaestra.orchestrator import run_eval
+    from palaestra.rollout.config import RunConfig
+
+    rows = tmp_path / "rows.jsonl"
+    with rows.open("w") as fh:
+        for i, t in enumerate(load_env("mcqa").examples()[:3]):
+            long = t.model_copy(update={"id": f"long-{i}", "input": f"{t.input} " + "Think it over. " * 30})
+            fh.write(long.model_dump_json() + "\n")
+    cfg = RunConfig(input=str(rows), model="scripted:oracle", agent="single", out=str(tmp_path / "run"), seed=1)
+    asyncio.run(run_eval(cfg))
+    return tmp_path / "run"
+
+
+def test_one_read_gives_the_same_report_on_a_damaged_journal(tmp_path: Path) -> None:
+    run = _long_question_run(tmp_path)
+    assert '"task":' in (run / "rollouts.jsonl").read_text()  # records reference their task's text
+    journal = run / "rollouts.jsonl"
+    with journal.open("ab") as fh:
+        fh.write(b"{not json\n")
+        fh.write(orjson.dumps({"rollout_id": "x", "task_id": "nope"}) + b"\n")  # JSON, not a Rollout
+        fh.write(b'{"torn": ')  # a crash mid-append
+    # every task gone from the snapshot: compact records can no longer be expanded strictly
+    tasks = run / "tasks.jsonl"
+    kept = tasks.read_bytes().splitlines()[:1]
+    tasks.write_bytes(b"\n".join(kept) + b"\n")
+    read = read_run_journal(journal)
+    assert any("invalid JSON" in p for p in read.problems) and any("torn" in p for p in read.problems)
+    assert any("cannot be expanded" in p for p in read.invalid), read.invalid
+    assert any("not a Rollout" in p for p in read.invalid), read.invalid
+    # as at the end of a run: metrics.json from the same read first (the report then shows its problems)
+    metrics = write_metrics(run, read_tasks(run / "tasks.jsonl"), 1, journal=read)
+    assert metrics["journal_unreadable"] == len(read.problems) + len(read.invalid) == 5
+    via_index, via_read = _both(run)
+    assert via_index == via_read
+    assert "placeholder" not in via_read and "not available" in via_read  # the missing texts, said so
+    assert read_rollouts(journal) == (read.records, read.rollouts, read.problems, read.invalid)
+
+
+def test_metrics_and_report_from_one_read_match_separate_reads(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "mixed", mixed_records())
+    tasks = read_tasks(run / "tasks.jsonl")
+    separate = write_metrics(run, tasks, 2)
+    write_report(run)
+    html_separate = (run / "report.html").read_text()
+    read = read_run_journal(run / "rollouts.jsonl")
+    shared = write_metrics(run, tasks, 2, journal=read)
+    write_report(run, journal=read)
+    assert shared == separate
+    assert (run / "report.html").read_text() == html_separate
+    assert shared["overall"]["n_failed"] and shared["overall"]["n_rollouts_scored"] == 7
