@@ -2,10 +2,10 @@
 # External coding-agent CLIs for tests/agents (palaestra.agents.external), pinned, under $PALAESTRA_AGENTS_DIR
 # (default /opt/palaestra-agents): from npm, OpenAI's Codex CLI, Anthropic's Claude Code, OpenCode, KiloCode
 # and Pi (npm/), and Gemini CLI, Qwen Code and OpenClaw with a Node 24 from npm (node24/); from PyPI,
-# mini-SWE-agent, Aider, Hermes Agent and OpenHands (Python 3.12), each in a virtual environment of its own
-# built by uv (their pins clash with each other's and the project's). npm install scripts are not run; the
-# three that matter only copy a native binary from the platform package npm installed over a placeholder (no
-# download), and are run by hand afterwards: Claude Code's install.cjs, OpenCode's and Kilo's postinstall.mjs.
+# mini-SWE-agent, Aider, Hermes Agent, OpenHands and Harbor's Terminus-2 (both Python 3.12; Terminus-2 with tmux
+# from Debian), each in a virtual environment of its own built by uv (their pins clash with each other's and the
+# project's). npm install scripts are not run; the three that matter only copy a native binary from the platform
+# package npm installed over a placeholder (no download), and are run by hand afterwards: Claude Code's install.cjs, OpenCode's and Kilo's postinstall.mjs.
 # Idempotent: returns at once when the pinned versions are there; any failure stops it with a non-zero status.
 # PALAESTRA_SKIP_AGENTS=1 skips it (the tests then skip, and CI does not require the `agents` capability).
 set -euo pipefail
@@ -162,3 +162,15 @@ venv_harness openhands "$OPENHANDS_VERSION" "$(py312)" @python -c "import openha
 echo "setup-agents: codex $(npm_version @openai/codex), claude-code $(npm_version @anthropic-ai/claude-code)," \
   "opencode $(npm_version opencode-ai), kilo $(npm_version @kilocode/cli), pi $(npm_version @mariozechner/pi-coding-agent)," \
   "mini-swe-agent $(cat "$MINI/.palaestra-version") in $DIR"
+
+# Harbor's Terminus-2 (agents/external/terminus_main.py runs it): PyPI harbor needs Python 3.12, and Terminus-2
+# drives a tmux session, so tmux comes from Debian. A fresh install took 11 s here (uv, empty cache; ~120
+# packages, ~320 MB); the idempotent re-run only checks the version marker.
+TERMINUS_VERSION=0.26.0
+if ! command -v tmux >/dev/null 2>&1; then
+  source "$(dirname "$0")/apt.sh"
+  apt_install setup-agents tmux
+  command -v tmux >/dev/null 2>&1 || die "tmux missing after the install"
+fi
+venv_harness terminus-2 "$TERMINUS_VERSION" "$(py312)" @python -c "import harbor.agents.terminus_2" -- \
+  "harbor==$TERMINUS_VERSION"

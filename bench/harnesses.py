@@ -53,6 +53,21 @@ def _call(name: str, **args: str) -> dict[str, Any]:
     return {"content": "", "tool_calls": [{"name": name, "arguments": args}]}
 
 
+def _terminus(keystrokes: list[str]) -> dict[str, Any]:
+    """A Terminus-2 answer: its JSON (keystrokes for its tmux pane); ``task_complete`` twice ends it (the second
+    confirms)."""
+    return {
+        "content": json.dumps(
+            {
+                "analysis": DONE if not keystrokes else "hello.txt is missing.",
+                "plan": "Write hello.txt, then finish.",
+                "task_complete": True,
+                "commands": [{"keystrokes": k, "duration": 0.5} for k in keystrokes],
+            }
+        )
+    }
+
+
 # Each harness's scripted policy for the task: its own shell tool, then its own way of finishing.
 POLICIES: dict[str, list[dict[str, Any]]] = {
     "tool": [_call("run", cmd=CMD), {"content": DONE}],
@@ -71,6 +86,9 @@ POLICIES: dict[str, list[dict[str, Any]]] = {
     "gemini-cli": [_call("run_shell_command", command=CMD), {"content": DONE}],
     "openclaw": [_call("exec", command=CMD), {"content": DONE}],
     "mini-swe-agent": [_call("bash", command=CMD), _call("bash", command=SUBMIT)],
+    "hermes": [_call("terminal", command=CMD), {"content": DONE}],
+    "openhands": [_call("terminal", command=CMD), _call("finish", message=DONE)],
+    "terminus-2": [_terminus([CMD + "\n"]), _terminus([])],
 }
 NOT_HERE = ("single", "remote")  # no tools (a QA harness); a harness served elsewhere
 TINY = ("tool", "openai-agents", "smolagents", "strands-agents", "aider")
@@ -94,8 +112,10 @@ class Counting:
 
 
 def _cpu() -> float:
-    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
-                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+    return sum(
+        r.ru_utime + r.ru_stime
+        for r in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+    )
 
 
 def _local_backend(max_tokens: int) -> Any:
@@ -110,9 +130,13 @@ def _local_backend(max_tokens: int) -> Any:
 
 async def run_harness(name: str, env: Any, rollouts: int, local: Any, max_steps: int) -> dict[str, Any]:
     info = describe(name)
-    row: dict[str, Any] = {"harness": name, "version": info.get("installed_version") or info.get("version"),
-                           "dialect": info.get("dialect"), "installed": info.get("installed"),
-                           "rollouts": 0}
+    row: dict[str, Any] = {
+        "harness": name,
+        "version": info.get("installed_version") or info.get("version"),
+        "dialect": info.get("dialect"),
+        "installed": info.get("installed"),
+        "rollouts": 0,
+    }
     if not info.get("installed"):
         row["missing"] = info.get("missing")
         return row
@@ -124,10 +148,15 @@ async def run_harness(name: str, env: Any, rollouts: int, local: Any, max_steps:
         inner = local if local is not None else ScriptedBackend("replay", replay=POLICIES[name])
         counting = Counting(inner)
         sampling = {"temperature": 0.0} if local is not None else {}
-        r = await run_rollout(task.model_copy(update={"id": f"{TASK_ID}-{i}"}), env=env,
-                              agent=make_agent(name, max_steps=max_steps), proxy=ModelProxy(counting),
-                              model_name="local" if local is not None else "scripted", sampling=sampling,
-                              deadline_s=600)
+        r = await run_rollout(
+            task.model_copy(update={"id": f"{TASK_ID}-{i}"}),
+            env=env,
+            agent=make_agent(name, max_steps=max_steps),
+            proxy=ModelProxy(counting),
+            model_name="local" if local is not None else "scripted",
+            sampling=sampling,
+            deadline_s=600,
+        )
         results.append(r)
         served += counting.served
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
@@ -135,38 +164,61 @@ async def run_harness(name: str, env: Any, rollouts: int, local: Any, max_steps:
     samples = [build_samples(r) for r in results if r.outcome.status == "scored"]
     with_ids = sum(1 for c in calls if c.prompt_token_ids and c.generation_token_ids is not None)
     scored = [r for r in results if r.outcome.status == "scored"]
-    row.update({
-        "rollouts": rollouts, "scored": len(scored),
-        "mean_reward": round(sum(r.reward or 0.0 for r in scored) / len(scored), 3) if scored else None,
-        "failures": dict(Counter(str(r.outcome.kind) for r in results if r.outcome.status != "scored")),
-        "model_calls_per_rollout": round(len(calls) / rollouts, 2), "captured": f"{len(calls)}/{served}",
-        "all_captured": len(calls) == served,
-        "token_id_coverage": round(with_ids / len(calls), 3) if calls else None,
-        "drifted_turns": sum(len(s.drifts) for s in samples), "checked_turns": sum(s.checked for s in samples),
-        "wall_s_per_rollout": round(wall / rollouts, 2), "cpu_s_per_rollout": round(cpu / rollouts, 2),
-    })
+    row.update(
+        {
+            "rollouts": rollouts,
+            "scored": len(scored),
+            "mean_reward": round(sum(r.reward or 0.0 for r in scored) / len(scored), 3) if scored else None,
+            "failures": dict(Counter(str(r.outcome.kind) for r in results if r.outcome.status != "scored")),
+            "model_calls_per_rollout": round(len(calls) / rollouts, 2),
+            "captured": f"{len(calls)}/{served}",
+            "all_captured": len(calls) == served,
+            "token_id_coverage": round(with_ids / len(calls), 3) if calls else None,
+            "drifted_turns": sum(len(s.drifts) for s in samples),
+            "checked_turns": sum(s.checked for s in samples),
+            "wall_s_per_rollout": round(wall / rollouts, 2),
+            "cpu_s_per_rollout": round(cpu / rollouts, 2),
+        }
+    )
     if any(r.outcome.status != "scored" for r in results):
         row["first_failure"] = next(str(r.outcome.message) for r in results if r.outcome.status != "scored")[:300]
     return row
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("harness", "version", "dialect", "rollouts", "scored", "reward", "failures", "calls/rollout",
-            "captured", "token ids", "drift", "wall s", "CPU s")
+    head = (
+        "harness",
+        "version",
+        "dialect",
+        "rollouts",
+        "scored",
+        "reward",
+        "failures",
+        "calls/rollout",
+        "captured",
+        "token ids",
+        "drift",
+        "wall s",
+        "CPU s",
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if not r.get("rollouts"):
             why = "not installed" if not r.get("installed") else "no scripted policy"
-            lines.append(f"| {r['harness']} | {r.get('version') or '-'} | {r.get('dialect') or '-'} | "
-                         f"{why} |" + " |" * (len(head) - 4))
+            lines.append(
+                f"| {r['harness']} | {r.get('version') or '-'} | {r.get('dialect') or '-'} | "
+                f"{why} |" + " |" * (len(head) - 4)
+            )
             continue
         cov = r["token_id_coverage"]
         drift = f"{r['drifted_turns']}/{r['checked_turns']}" if cov else "n/a"
         fails = ", ".join(f"{k} {v}" for k, v in r["failures"].items()) or "-"
-        lines.append(f"| {r['harness']} | {r['version'] or '-'} | {r['dialect'] or '-'} | {r['rollouts']} | "
-                     f"{r['scored']} | {r['mean_reward']} | {fails} | {r['model_calls_per_rollout']} | "
-                     f"{r['captured']} | {cov if cov else 'none'} | {drift} | {r['wall_s_per_rollout']} | "
-                     f"{r['cpu_s_per_rollout']} |")
+        lines.append(
+            f"| {r['harness']} | {r['version'] or '-'} | {r['dialect'] or '-'} | {r['rollouts']} | "
+            f"{r['scored']} | {r['mean_reward']} | {fails} | {r['model_calls_per_rollout']} | "
+            f"{r['captured']} | {cov if cov else 'none'} | {drift} | {r['wall_s_per_rollout']} | "
+            f"{r['cpu_s_per_rollout']} |"
+        )
     return "\n".join(lines)
 
 
@@ -181,11 +233,19 @@ async def main(args: argparse.Namespace) -> int:
         for name in names:
             if name in unknown:
                 info = describe(name)
-                rows.append({"harness": name, "version": info.get("version"), "dialect": info.get("dialect"),
-                             "installed": info.get("installed"), "rollouts": 0})
+                rows.append(
+                    {
+                        "harness": name,
+                        "version": info.get("version"),
+                        "dialect": info.get("dialect"),
+                        "installed": info.get("installed"),
+                        "rollouts": 0,
+                    }
+                )
                 continue
-            rows.append(await run_harness(name, mounted.client, 1 if args.tiny else args.rollouts, local,
-                                          args.max_steps))
+            rows.append(
+                await run_harness(name, mounted.client, 1 if args.tiny else args.rollouts, local, args.max_steps)
+            )
             print(f"# {name}: done", file=sys.stderr, flush=True)
     finally:
         await mounted.stop()

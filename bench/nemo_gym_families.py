@@ -10,15 +10,24 @@ carries (``expected_answer``, ``ground_truth``, ...; ``adapters/nemo_gym_referen
 row carries none, a fixed reply that still gets a real verdict. Servers whose verify calls a model (a
 judge) get a scripted model on 127.0.0.1 (``nemo_gym_server.DEFAULT_JUDGE``), named in the table.
 
-    python bench/nemo_gym_families.py                       # all families; rewrites docs/nemo_gym_families.md
+    python bench/nemo_gym_families.py                  # all families: rewrites the results and the doc
+    python bench/nemo_gym_families.py --families genrm_compare,wordle   # those, merged onto the results
+    python bench/nemo_gym_families.py --families X,Y --json --no-write > run.jsonl   # print only
+    python bench/nemo_gym_families.py --render run.jsonl   # merge a saved run onto the results, write both
+    python bench/nemo_gym_families.py --render             # the doc again from the committed results alone
     python bench/nemo_gym_families.py --families mcqa,blackjack --limit 2 --no-write   # a smoke run
 
+The per-family results are committed (``bench/results/nemo_gym_families.jsonl``, ``nemo_gym_families_doc``):
+a run of some families replaces their rows there, and the doc is always written from the whole table.
+
 Columns: family, environment, rows (in the example files), loaded (passed the row checks), scored
-(rollouts that got a verdict), mean reward (over scored rollouts), policy (native reference, a row's
-answer field, or the fixed reply), judge (the model behind a NeMo server's model calls), failed
-(rollouts that ended as an infrastructure failure, by kind), reason (for a family that does not score:
+(rows whose every rollout got a verdict), mean reward (over scored rollouts), policy (native reference, a
+row's answer field, or the fixed reply), judge (the model behind a NeMo server's model calls), failed
+(rows whose rollout ended as an infrastructure failure, by kind), reason (for a family that does not score:
 the typed cause, e.g. ``needs_network: api.tavily.com``). Each rollout gets one attempt; each file has a
-time limit (``--file-timeout``), and files run ``--parallel`` at a time.
+time limit (``--file-timeout``), and files run ``--parallel`` at a time. A server that grades a row's
+rollouts together (``genrm_compare``: ``num_rollouts_per_prompt`` 16) gets that many rollouts of each row,
+all in flight at once (``nemo_gym_launch.cohort_size``).
 
 NeMo Gym comes from ``bash .ci/setup-nemo-gym.sh`` (located by ``tests/fixtures/nemo_gym.py``); without
 it the script says why and exits 2.
@@ -41,8 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "nemo_gym_families.md"
+import nemo_gym_families_doc as doc  # bench/ is on sys.path: this script's folder
+from nemo_gym_families_doc import DOC, KINDS, RESULTS, ROOT, typed
+
 JUDGE = "keyword"  # native judge rows: the offline matcher; NeMo servers read it as "no judge named"
 NATIVE_POLICY = "native reference"
 
@@ -65,6 +75,7 @@ class FileResult:
     judge: str | None = None
     error: str | None = None
     seconds: float = 0.0
+    repeats: int = 1  # rollouts per row: a cohort server's num_rollouts_per_prompt
 
 
 def servers_dir() -> Path:
@@ -106,46 +117,45 @@ def _limited(path: Path, limit: int | None, tmp: Path) -> Path:
 _HOST = r"(?:https?://)?([a-z0-9.-]+\.[a-z]{2,})"
 _CAUSES: list[tuple[str, str]] = [  # (pattern, reason template), first match wins
     (r"git', 'clone'.*?https?://([a-z0-9.-]+)", "needs_network: {0} (clones a repository at start-up)"),
+    (r"git clone (?:-\S+ )*https?://([a-z0-9.-]+)", "needs_network: {0} (clones a repository at start-up)"),
+    (r"needs_cohort: [^\n]*", "{0}"),  # a cohort server run with fewer repeats than its cohort: said as it is
+    # SciCode's verify needs its test_data.h5 (numeric targets of every sub-step), which NeMo Gym leaves to the user
+    (r"test_data_fpath is not configured", "missing_data: SciCode's test_data.h5 (about 1 GB, from Google Drive; "
+     "set the server's test_data_fpath)"),
     (r"No module named '([\w.]+)'", "missing_package: {0}"),
     (r"(?:Cannot connect to host|Failed to resolve|connect to) " + _HOST, "needs_network: {0}"),
     (r"(?:api_key|API key|API_KEY)[^.\n]*", "needs_credentials: an API key the config leaves to the user"),
+    (r"RuntimeError: (\w+) must be set", "needs_credentials: {0} (a token the server reads from its environment)"),
     (r"(?:docker|podman)[^\n]{0,80}?(?:not found|No such file|daemon|socket)", "needs_docker"),
     (r"(?:CUDA|nvidia-smi|No GPU)", "needs_gpu"),
+    (r"Failed to load SEC ticker data", "needs_network: www.sec.gov (its company_tickers.json, fetched at start-up)"),
     (r"(?:Temporary failure in name resolution|Name or service not known|Network is unreachable|"
-     r"ConnectError|ClientConnectorError)", "needs_network"),
+     r"ConnectError|ClientConnectorError|net::ERR_NAME_NOT_RESOLVED)", "needs_network"),
+    # a path its YAML leaves to the user (tavily_search: ${exclude_domains_file_path}), read as it is written
+    (r"No such file or directory: '[^'\s]*\$\{(\w+)\}", "needs_config: {0} (a value its YAML leaves to the user)"),
     (r"FileNotFoundError: (?:\[Errno 2\] No such file or directory: )?'?([^'\s]+)'?", "missing_data: {0}"),
     (r"(\w*Judge\w*Error): ([^\n]{0,120})", "judge_reply: {0}: {1} (the scripted judge answers a fixed text)"),
     (r"(\w+)\s+Field required", "needs_config: {0} (a value its YAML leaves to the user)"),
 ]
 
 
-_KINDS: list[tuple[str, str]] = [  # a reason that is not typed yet → its type, from what the server said
-    (r"Sandbox provider reference '(\w+)' is not defined",
-     "needs_sandbox: a NeMo Gym sandbox provider (its '{0}' block) to run the task's image"),
-    (r"answered (/\w+) with HTTP (4\d\d): ([^;]{0,140})", "rejected_request: {0} HTTP {1}: {2}"),
-    (r"^empty: ", "no_prompt: the rows carry no input for the model (NeMo Gym's own agent builds it)"),
-    (r"ships no resources server '(\w+)'", "not_a_server: '{0}' ships example rows but no app.py"),
-    (r"uv is required", "needs_uv: builds a venv of its own with uv at start-up"),
-    (r"^LookupError", "missing_data: NLTK data it downloads at first use"),
-    (r"\$%7B(\w+)%7D", "needs_config: {0} (a value its YAML leaves to the user)"),
-    (r"pocketshell", "missing_package: pocketshell"),
-    (r"source: not found", "needs_bash: its start-up runs `source` under /bin/sh"),
-    (r"_ensure_nltk_data|nltk", "missing_data: NLTK data it downloads at first use"),
-    (r"did not start(?: \(exit status (-?\d+)\))?: (?:WARNING:[^\n]*\n)*([^;]{0,140})",
-     "start_failed: exit status {0}: {1}"),  # the last resort
-]
-
-
-def typed(reason: str) -> str:
-    """``reason`` as ``kind: detail``: already typed ones as they are, else by what the server said, else
-    ``server_error: <its exception line>``."""
-    if not reason or re.match(r"^[a-z_]+(:|$)", reason):
-        return reason
-    for pattern, template in _KINDS:
-        found = re.search(pattern, reason)
-        if found is not None:
-            return template.format(*found.groups())
-    return f"server_error: {reason}"
+# What a server needs that its failure here does not say in so many words, read from its code (used only when
+# the family fails, in place of the untyped server_error or start_failed its failure text gives).
+KNOWN: dict[str, str] = {
+    "bigcodebench": "needs_network: raw.githubusercontent.com (its start-up builds a Python 3.10 venv with uv and "
+                    "installs BigCodeBench's requirements-eval.txt from GitHub)",
+    "bird_sql": "needs_network: bird-bench.oss-cn-beijing.aliyuncs.com (BIRD's dev.zip: the SQLite databases the "
+                "rows name, fetched at start-up)",
+    "spider2_lite": "needs_network: drive.usercontent.google.com (the Spider 2.0-lite SQLite databases, fetched "
+                    "from Google Drive at start-up)",
+    "competitive_coding_challenges": "needs_sandbox: NeMo Skills' code-execution sandbox (a container its verify "
+                                     "posts to at NEMO_SKILLS_SANDBOX_HOST:PORT, 127.0.0.1:6000 by default)",
+    "gdpval": "needs_config: persist_deliverables_dir (the Stirrup agent's config wants an absolute folder the user "
+              "chooses for the deliverables; past it, its rubric judges are frontier models behind API keys)",
+    "longmt_eval": "needs_gpu: its verify scores with COMETKiwi on Ray GPU actors (comet_num_shards: 8; here Ray's "
+                   "start times out first), from the git-only SEGALE package and the Unbabel/wmt22-cometkiwi-da "
+                   "checkpoint on the Hugging Face hub",
+}
 
 
 def cause(messages: list[str]) -> str:
@@ -153,14 +163,21 @@ def cause(messages: list[str]) -> str:
     the last exception line the server logged where no known cause matches."""
     # paths inside the wheel are named from its package folder, never as this machine's absolute paths
     text = re.sub(r"/\S*/site-packages/", "", "\n".join(messages)).replace(str(Path.home()), "~")
+    # our own connection to a server that died at start-up is not the network the server needs
+    text = re.sub(r"did not answer (/\w+): ConnectError\('All connection attempts failed'\)", r"did not answer \1",
+                  text)
     for pattern, template in _CAUSES:
         found = re.search(pattern, text)
         if found is not None:
-            return template.format(*found.groups())
+            typed_cause = template.format(*(found.groups() or (found.group(0),)))
+            host = re.search(r"https?://((?!127\.|localhost)[a-z0-9.-]+\.[a-z]{2,})", text)
+            if typed_cause == "needs_network" and host:  # the host it tried, where the text names one
+                typed_cause += f": {host.group(1)}"
+            return typed_cause
     lines = [ln.strip(" |") for ln in text.splitlines() if re.match(r"^[\s|]*\w[\w.]*(Error|Exception|Exit)\b", ln)]
     if "did not start" in text and lines:  # a start-up traceback: its own last exception line says why
         return f"start_failed: {lines[-1][:160]}"
-    if any(re.search(pattern, text) for pattern, _ in _KINDS):  # a known shape names the kind
+    if any(re.search(pattern, text) for pattern, _ in KINDS):  # a known shape names the kind
         return typed(text)
     last = lines[-1] if lines else (text.splitlines()[0] if text else "")
     return typed(last[:200])
@@ -171,7 +188,7 @@ async def run_file(family: str, path: Path, limit: int | None, tmp: Path, concur
     """Load, check and run one example file; every row ends up loaded or refused, every rollout counted."""
     from palaestra.adapters import nemo_gym_references as nemo_refs
     from palaestra.adapters.nemo_gym_families import FAMILIES
-    from palaestra.adapters.nemo_gym_launch import names_model_server
+    from palaestra.adapters.nemo_gym_launch import cohort_size, names_model_server
     from palaestra.adapters.nemo_gym_server import DEFAULT_JUDGE
     from palaestra.core.errors import PalaestraError
     from palaestra.orchestrator import run_eval
@@ -185,8 +202,11 @@ async def run_file(family: str, path: Path, limit: int | None, tmp: Path, concur
     res = FileResult(family, path.name, env)
     source = _limited(path, limit, tmp)
     res.rows = sum(1 for ln in source.read_text(encoding="utf-8").splitlines() if ln.strip())
+    # A server that grades a row's rollouts together (genrm_compare: 16) gets that many of each row, at once.
+    res.repeats = cohort_size(env.removeprefix("nemo_gym:"), None) if env and env.startswith("nemo_gym:") else 1
     cfg = RunConfig.model_validate({
-        "input": str(source), "env": env, "model": "scripted:oracle", "concurrency": concurrency,
+        "input": str(source), "env": env, "model": "scripted:oracle", "repeats": res.repeats,
+        "concurrency": max(concurrency, res.repeats),
         "skip_invalid": True, "judge_model": JUDGE, "max_attempts": 1, "out": str(tmp / f"run-{family}-{path.stem}"),
         "min_coverage": 0.0})
     started = time.monotonic()
@@ -221,14 +241,18 @@ async def run_file(family: str, path: Path, limit: int | None, tmp: Path, concur
     last: dict[tuple[str, int], dict[str, Any]] = {}
     for rec in records:
         last[(str(rec.get("task_id")), int(rec.get("repeat") or 0))] = rec
-    for rec in last.values():
-        outcome = rec.get("outcome") or {}
-        if outcome.get("status") == "scored":
+    by_row: dict[str, list[dict[str, Any]]] = {}
+    for (task_id, _), rec in sorted(last.items()):
+        by_row.setdefault(task_id, []).append(rec)
+    for recs in by_row.values():  # a row is scored when every rollout of it is; else its first failure counts
+        outcomes = [rec.get("outcome") or {} for rec in recs]
+        failure = next((o for o in outcomes if o.get("status") != "scored"), None)
+        if failure is None:
             res.scored += 1
-            res.rewards.append(float((rec.get("verdict") or {}).get("reward") or 0.0))
+            res.rewards += [float((rec.get("verdict") or {}).get("reward") or 0.0) for rec in recs]
         else:
-            res.failed[str(outcome.get("kind") or "unknown")] += 1
-            res.messages.append(str(outcome.get("message") or ""))
+            res.failed[str(failure.get("kind") or "unknown")] += 1
+            res.messages.append(str(failure.get("message") or ""))
     return res
 
 
@@ -270,6 +294,8 @@ def summarize(results: list[FileResult]) -> list[dict[str, Any]]:
         reason = ""
         if failed or errors:
             reason = cause(messages + errors)
+            if family in KNOWN and re.match(r"(server_error|start_failed)\b|needs_network$", reason):
+                reason = KNOWN[family]
         elif refused:
             reason = _reason(refused[0])
         table.append({
@@ -279,66 +305,9 @@ def summarize(results: list[FileResult]) -> list[dict[str, Any]]:
             "policy": _policy(policies) if policies else "-", "judge": next((r.judge for r in rs if r.judge), None),
             "failed": dict(failed), "refused": len(refused), "reason": reason, "errors": errors,
             "scores_rows": scores_rows, "seconds": round(sum(r.seconds for r in rs), 1),
+            "repeats": max(r.repeats for r in rs),
         })
     return table
-
-
-def markdown(table: list[dict[str, Any]], argv: list[str], seconds: float | None) -> str:
-    from palaestra.adapters.nemo_gym_families import FAMILIES
-    from palaestra.adapters.nemo_gym_server import DEFAULT_JUDGE
-
-    scoring = [t for t in table if t["scores_rows"]]
-    native = sum(1 for t in table if t["native"])
-    rows = sum(t["rows"] for t in table)
-    scored = sum(t["scored"] for t in table)
-    full = sum(1 for t in scoring if t["mean_reward"] == 1.0)
-    lines = [
-        "# NeMo Gym example rows in Palaestra, family by family",
-        "",
-        "Generated by `python bench/nemo_gym_families.py" + (" " + " ".join(argv) if argv else "") + "` against the "
-        "installed NeMo Gym wheel (do not edit by hand: rerun the script). Every `data/example*.jsonl` of every "
-        "resources server (recorded `*rollouts*` files aside) is read as it is, routed by "
-        "`palaestra.adapters.nemo_gym_families.FAMILIES` to its native environment or, where there is none, to "
-        "NeMo Gym's own resources server (`nemo_gym:<server>`, whose own verify gives the reward), and run with "
-        "`--model scripted:oracle`: the native reference, the answer the row carries (*policy* `reference: "
-        "<field>`), or a fixed reply where the row carries none (the first `<action>` its prompt shows, where it "
-        "shows one: a move a game server can apply). A NeMo server whose verify calls a model gets "
-        f"`{DEFAULT_JUDGE}` on 127.0.0.1 (*judge*: a fixed reply, in the JSON shape of the schema a request "
-        "names in `response_format`); native judge rows the offline keyword matcher. A server defined only in a "
-        "config variant runs with the variant that defines the rows' agent (`nemo_gym_launch.config_path`). "
-        "One attempt per rollout" + (f"; the whole run took {seconds / 60:.0f} min." if seconds else "."),
-        "",
-        f"**{len(scoring)} of {len(table)} families score their rows** "
-        f"({100.0 * len(scoring) / max(1, len(table)):.0f} %;"
-        f" {full} of them with mean reward 1); {native} have a native environment, {len(table) - native} run on "
-        f"NeMo Gym's own server; {scored} of {rows} rows scored. Every family that does not score says why "
-        "(*reason*, a typed cause): none is left out.",
-        "",
-        "Columns: *rows* in the example files; *loaded*: passed the row checks; *scored*: rollouts with a "
-        "verdict; *reward*: their mean; *failed*: infrastructure failures by kind; *refused*: rows refused at "
-        "load; *parity* with NeMo Gym's verifier: `own` where NeMo Gym's own server graded (the verdict is its "
-        "verify's), `tests/parity` for a native family (measured there, docs/nemo_gym_parity.md).",
-        "",
-        "| family | env | rows | loaded | scored | reward | policy | judge | failed | refused | reason | parity |",
-        "|---|---|---:|---:|---:|---:|---|---|---|---:|---|---|",
-    ]
-    for t in table:
-        failed = ", ".join(f"{k}: {v}" for k, v in sorted(t["failed"].items())) or "-"
-        reward = "-" if t["mean_reward"] is None else f"{t['mean_reward']:.3f}"
-        reason = (typed(t["reason"]) or "-").replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {t['family']} | {t['env'] or '-'} | {t['rows']} | {t['loaded']} | {t['scored']} | {reward} "
-                     f"| {t['policy']} | {t['judge'] or '-'} | {failed} | {t['refused']} | {reason} "
-                     f"| {'tests/parity' if t['native'] else 'own'} |")
-    causes = Counter(typed(t["reason"]).split(":")[0] for t in table if not t["scores_rows"] and t["reason"])
-    lines += ["", "## Why the others do not score", "",
-              "| cause | families |", "|---|---:|"] + [f"| {k} | {n} |" for k, n in causes.most_common()]
-    lines += ["", "## How each native family is graded", "",
-              "From `FAMILIES` (the mapping table): the environment, and where its grading knowingly differs "
-              "from NeMo Gym's verifier.", "", "| family | env | grading |", "|---|---|---|"]
-    for name in sorted(t["family"] for t in table if t["native"]):
-        fam = FAMILIES[name]
-        lines.append(f"| {name} | {fam.env} | {fam.note.replace('|', chr(92) + '|') or 'as NeMo Gym'} |")
-    return "\n".join(lines) + "\n"
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -365,44 +334,58 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", help="comma-separated resources servers (default: all)")
-    parser.add_argument("--limit", type=int, default=None, help="rows per file (default: all)")
+    parser.add_argument("--limit", type=int, default=None, help="rows per file (default: all; a run with a "
+                        "limit is never merged into the committed results)")
     parser.add_argument("--concurrency", type=int, default=4, help="rollouts at a time within a file")
     parser.add_argument("--parallel", type=int, default=3, help="files at a time (default 3, for 2 cores)")
     parser.add_argument("--file-timeout", type=float, default=240.0, help="seconds one file may take (default 240)")
-    parser.add_argument("--no-write", action="store_true", help=f"print only; leave {DOC.relative_to(ROOT)} alone")
+    parser.add_argument("--no-write", action="store_true",
+                        help=f"print only; leave {DOC.relative_to(ROOT)} and {RESULTS.relative_to(ROOT)} alone")
     parser.add_argument("--json", action="store_true", help="print the table as JSON lines instead of markdown")
-    parser.add_argument("--render", metavar="JSONL", nargs="+",
-                        help="write the doc from saved --json runs instead of running (a later file's families "
-                             "replace an earlier one's: a full run, then a rerun of some families)")
+    parser.add_argument("--render", metavar="JSONL", nargs="*",
+                        help=f"run nothing: merge saved --json runs, in order, onto {RESULTS.relative_to(ROOT)} "
+                             "(a later run's family replaces the earlier row) and write the doc and the results "
+                             "from the merged table; with no file, rebuild the doc from the committed results")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    shown = [a for a in argv if a not in ("--no-write", "--json")]
-    if args.render:
-        by_family: dict[str, dict[str, Any]] = {}
-        seconds, runs = 0.0, []
-        for name in args.render:
-            lines = [json.loads(ln) for ln in Path(name).read_text(encoding="utf-8").splitlines() if ln.strip()]
-            run: dict[str, Any] = next((ln["run"] for ln in lines if "run" in ln), {})
-            found = [ln for ln in lines if "family" in ln]
-            by_family.update({ln["family"]: ln for ln in found})
-            seconds += float(run.get("seconds") or 0.0)
-            runs.append(f"{len(found)} families in {float(run.get('seconds') or 0.0) / 60:.0f} min")
-        shown = ["--json"] + ([f"(then again for the families later fixes touched; merged with --render, a later "
-                               f"run winning: {'; '.join(runs)})"] if len(runs) > 1 else [])
-        table = [by_family[k] for k in sorted(by_family)]
+    if args.render is not None:
+        table, runs = doc.merge([Path(p) for p in args.render])
+        if not table:
+            print(f"no results in {RESULTS.relative_to(ROOT)} or the files given", file=sys.stderr)
+            return 2
+        if args.json:  # the merged table, as the results file holds it
+            for t in table:
+                print(json.dumps(t, sort_keys=True))
+            for r in runs:
+                print(json.dumps({"run": r}, sort_keys=True))
     else:
-        table = asyncio.run(main_async(args))
-        seconds = time.monotonic() - started
-    doc = markdown(table, shown, seconds)
-    if args.json:
-        for t in table:
-            print(json.dumps(t, sort_keys=True))
-        print(json.dumps({"run": {"seconds": round(seconds or 0.0, 1), "argv": shown}}))
-    else:
-        print(doc)
+        ran = asyncio.run(main_async(args))
+        run = {"seconds": round(time.monotonic() - started, 1),
+               "argv": [a for a in argv if a not in ("--no-write", "--json")], "families": len(ran)}
+        if args.json:
+            for t in ran:
+                print(json.dumps(t, sort_keys=True))
+            print(json.dumps({"run": run}))
+        if args.no_write or args.limit:
+            if not args.json:
+                print(doc.markdown(ran, run["argv"], run["seconds"]))
+            if args.limit and not args.no_write:
+                print("a run with --limit is not merged into the results: nothing written", file=sys.stderr)
+            return 0
+        if args.families:  # some families: merged onto the committed results, a full run replaces them
+            base, runs = doc.read_results(RESULTS)
+            base.update({t["family"]: t for t in ran})
+            table, runs = [base[k] for k in sorted(base)], [*runs, run]
+        else:
+            table, runs = ran, [run]
+    shown, seconds = doc.generated_by(runs)
+    text = doc.markdown(table, shown, seconds)
+    if args.render is not None and not args.json:
+        print(text)
     if not args.no_write:
-        DOC.write_text(doc, encoding="utf-8")
-        print(f"wrote {DOC.relative_to(ROOT)}", file=sys.stderr)
+        doc.write_results(table, runs)
+        DOC.write_text(text, encoding="utf-8")
+        print(f"wrote {DOC.relative_to(ROOT)} and {RESULTS.relative_to(ROOT)}", file=sys.stderr)
     return 0
 
 

@@ -11,7 +11,8 @@ WORKERS (comma list of worker counts, default 1,2), ROUNDS (3); RAY=1 adds the R
 (`--cluster ray:HOST:PORT?workers=W`, a private one-node cluster on 127.0.0.1) for the same worker
 counts, PLACEMENT (direct | ray: environment replicas) applying to it.
 
-Each run is one `eval run` process, as a user starts it (GC tuning and progress callback included).
+Each run is one `eval run -q` process, as a user starts it (GC tuning included; quiet, so no progress bar
+and no per-rollout callback for one).
 ``steady_rollouts_per_s`` counts from the first rollout's start to the last one's end (the collection
 itself); ``rollouts_per_s`` divides by the whole command's wall time, start-up of the interpreter and the
 workers, metrics and report included. ``cpu_ms_per_rollout`` is the CPU of the whole process tree (the

@@ -75,12 +75,13 @@ def test_a_repeated_id_keeps_every_row_with_unique_ids_and_the_rows_own_id(tmp_p
         assert nemo_row(task)["id"] == row["id"]
 
 
-@pytest.mark.parametrize("server", ["scicode", "legal_agent_bench", "toolsandbox"])
-def test_a_row_with_no_input_is_refused_naming_the_agent_that_builds_its_prompt(server: str) -> None:
-    """Typed, at load, never a rollout that sends the model nothing: the agent named is the one the
-    server's own config runs its rows with. Rows of an agent that starts from the server's seed
-    (toolsandbox) load: the seed answers their prompt."""
-    from palaestra.adapters.nemo_gym_launch import config_path
+@pytest.mark.parametrize("server", ["scicode", "legal_agent_bench", "toolsandbox", "nemo_user_sim"])
+def test_a_row_with_no_input_runs_the_agent_that_builds_its_prompt_or_is_refused(server: str) -> None:
+    """Never a rollout that sends the model nothing. Rows whose NeMo Gym agent builds the prompt
+    (scicode_agent, harbor_agent) are routed to NeMo Gym's own agent (``nemo-gym``, tests/adapters/
+    test_nemo_gym_agent.py); rows of an agent that starts from the server's seed (toolsandbox) load for the
+    run's agent: the seed answers their prompt; rows that are no Responses request at all (nemo_user_sim's
+    Environment Server tasks) are refused at load, naming the Environment Server."""
     from palaestra.rollout.config import RunConfig
     from palaestra.rollout.selection import select_tasks
 
@@ -88,14 +89,12 @@ def test_a_row_with_no_input_is_refused_naming_the_agent_that_builds_its_prompt(
     cfg = RunConfig.model_validate({"input": str(path), "env": f"nemo_gym:{server}", "model": "scripted:oracle",
                                     "skip_invalid": True})
     tasks, refused = select_tasks(cfg)
-    if server == "toolsandbox":
-        assert len(tasks) == len(_rows(server)) and not refused
+    if server == "nemo_user_sim":
+        assert not tasks and len(refused) == len(_rows(server))
+        assert all("needs_agent: " in line and "Environment Server 'nemo_user_sim'" in line for line in refused)
         return
-    assert not tasks and len(refused) == len(_rows(server))
-    config = yaml.safe_load((config_path(server, None) or Path()).read_text(encoding="utf-8"))
-    agents = {next(iter(b["responses_api_agents"])) for b in config.values()
-              if isinstance(b, dict) and isinstance(b.get("responses_api_agents"), dict)}
-    assert all("needs_agent: " in line and any(f"'{a}' agent" in line for a in agents) for line in refused)
+    assert len(tasks) == len(_rows(server)) and not refused
+    assert all(t.agent == (None if server == "toolsandbox" else "nemo-gym") for t in tasks)
 
 
 def test_a_seed_that_answers_observations_opens_an_episode_driven_by_step() -> None:

@@ -176,6 +176,7 @@ def _calls_cases(expected: list[tuple[str, dict[str, Any]]], tools: list[str]) -
     name, args = expected[0]
     other = next((t for t in tools if t != name), None)
     str_key = next((k for k, v in args.items() if isinstance(v, str)), None)
+    long_key = next((k for k, v in args.items() if isinstance(v, str) and len(v.split()) >= 5), None)
     cases: list[tuple[str, Output]] = [
         ("gold", calls(expected)),
         ("gold_reversed", calls(list(reversed(expected)))),
@@ -196,6 +197,15 @@ def _calls_cases(expected: list[tuple[str, dict[str, Any]]], tools: list[str]) -
         ("empty", text("")),
         ("wrong_tool", calls([(other, args), *expected[1:]]) if other else None),
         ("gold_plus_other_tool", calls([*expected, (other, {})]) if other else None),
+        # the JSON type of a number (2 sent as 2.0), text after the calls, arguments that are no object
+        ("int_as_float", calls([(name, {k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+                                        for k, v in args.items()}), *expected[1:]])
+         if any(isinstance(v, int) and not isinstance(v, bool) for v in args.values()) else None),
+        ("gold_then_text", [*calls(expected), message("Done.")]),
+        ("arguments_empty_text", [call(name, "")]),
+        ("arguments_a_list", [call(name, "[]")]),
+        ("words_dropped", calls([(name, {**args, long_key: " ".join(str(args[long_key]).split()[:2])}),
+                                 *expected[1:]]) if long_key else None),
     ]
     return [(n, out) for n, out in cases if out is not None]
 
@@ -250,6 +260,9 @@ def reasoning_gym_cases(row: dict[str, Any]) -> list[tuple[str, Output]]:
     return [(k, text(v)) for k, v in forms.items()]
 
 
+_SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+
+
 def bunsen_cases(row: dict[str, Any]) -> list[tuple[str, Output]]:
     options = {k: v for entry in row["options"] for k, v in entry.items()}
     g = str(row["expected_answer"]).strip().upper()
@@ -264,6 +277,14 @@ def bunsen_cases(row: dict[str, Any]) -> list[tuple[str, Output]]:
         "answer_tag": f"<answer>{t}</answer>", "two_choices": f"<choice>{wt}</choice>\n<choice>{t}</choice>",
         "plain_text": t, "letter_alone": g, "the_answer_is": f"The answer is {t}.",
         "refusal": "I cannot help with that.", "empty": "", "unclosed": f"<choice>{t}",
+        # more of the forms NeMo Gym's BunsenBench reader takes, and where it looks first
+        "answer_bold": f"**Answer:** {t}", "answer_lower_letter": f"Answer: {g.lower()}",
+        "option_word": f"I choose option {g}", "label_text": f"{g}) {t}", "final_answer_tag":
+        f"<final_answer>{t}</final_answer>", "choice_quoted": f"<choice>\"{t}\"</choice>",
+        "boxed_text_wrapper": f"\\boxed{{\\text{{{t}}}}}",
+        "choice_subscripts": f"<choice>{t.translate(_SUBSCRIPT)}</choice>",
+        "restated_choices": f"<choices>\n<choice>{wt}</choice>\n</choices>\nAnswer: {t}",
+        "answer_then_choice": f"Answer: {wt}\n<choice>{t}</choice>", "letter_first_line": f"{g}\nBecause of it.",
     }
     return [(k, text(v)) for k, v in forms.items()]
 

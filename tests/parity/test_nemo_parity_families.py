@@ -41,7 +41,7 @@ from palaestra.envs.json_schema.env import JSONSchema
 from palaestra.envs.math_env.env import MathEnv
 from palaestra.envs.mcqa.env import MCQA
 from palaestra.envs.reasoning_gym.env import ReasoningGym
-from palaestra.envs.registry import load_env
+from palaestra.envs.tool_call.env import ToolCallEnv
 from palaestra.rollout.tasks import parse_row
 
 HERE = Path(__file__).resolve().parent
@@ -55,9 +55,23 @@ Output = list[dict[str, Any]]
 
 def _multireward_correct(nemo: dict[str, Any]) -> float:
     """NeMo Gym's example_tool_call_multireward sums three components (0-3); its ``correctness`` component
-    is the question Palaestra's tool_call environment answers (the expected call made), so it is the one
-    compared. ``format`` (no prose beside the call) and ``schema_valid`` have no counterpart."""
+    is the question Palaestra's own tool_call reading answers (the expected call made), so with nemo_compat
+    off it is the one compared. ``format`` (no prose beside the call) and ``schema_valid`` have no
+    counterpart there."""
     return float(nemo["correctness"])
+
+
+_PARTS = ("correctness", "schema_valid", "format")
+
+
+def _multireward_all(nemo: dict[str, Any]) -> tuple[float, ...]:
+    """With nemo_compat on, Palaestra gives NeMo Gym's reward (the sum) and its three components: all four
+    are compared."""
+    return (float(nemo["reward"]), *(float(nemo[k]) for k in _PARTS))
+
+
+def _multireward_ours(verdict: Any) -> tuple[float, ...]:
+    return (float(verdict.reward), *(float(verdict.components[k]) for k in _PARTS))
 
 
 def _passed(verdict: Any) -> float:
@@ -65,6 +79,14 @@ def _passed(verdict: Any) -> float:
     mean of parse, schema and values); NeMo Gym's servers answer 1 or 0, so the comparable verdict is
     Palaestra's ``passed`` (every part right)."""
     return 1.0 if verdict.is_pass() else 0.0
+
+
+def _reward(verdict: Any) -> float:
+    return float(verdict.reward)
+
+
+def _tool_call(compat: bool) -> Environment:
+    return ToolCallEnv(nemo_compat=compat)
 
 
 @dataclass(frozen=True)
@@ -76,8 +98,11 @@ class Family:
     switch: bool = True  # the environment has a nemo_compat reading; False: one reading, compared as it is
     files: str = "example*.jsonl"  # the server's published example files
     gold: tuple[str, ...] = ("gold",)  # the variant(s) that give the right answer in the row's form
-    theirs: Callable[[dict[str, Any]], float] = lambda nemo: float(nemo["reward"])
-    ours: Callable[[Any], float] = lambda verdict: float(verdict.reward)
+    theirs: Callable[[dict[str, Any]], Any] = lambda nemo: float(nemo["reward"])
+    ours: Callable[[Any], Any] = _reward
+    # what is compared with nemo_compat on, where it is more than with it off (None: the same)
+    theirs_compat: Callable[[dict[str, Any]], Any] | None = None
+    ours_compat: Callable[[Any], Any] | None = None
 
 
 FAMILIES: dict[str, Family] = {
@@ -85,18 +110,16 @@ FAMILIES: dict[str, Family] = {
                                  lambda compat: JSONSchema(nemo_compat=compat), gold=("tool_gold", "text_gold"),
                                  ours=_passed, files="*example*.jsonl"),  # also its v3 (text) and v4 examples
     "single_step_tool_use_with_argument_comparison": Family(
-        "single_step_tool_use_with_argument_comparison", "tool_call", R.single_step_cases,
-        lambda compat: load_env("tool_call"), gold=("gold", "message"), ours=_passed, switch=False),
-    "xlam_fc": Family("xlam_fc", "tool_call", R.xlam_cases, lambda compat: load_env("tool_call"), ours=_passed,
-                      switch=False),
+        "single_step_tool_use_with_argument_comparison", "tool_call", R.single_step_cases, _tool_call,
+        gold=("gold", "message"), ours=_passed, ours_compat=_reward),
+    "xlam_fc": Family("xlam_fc", "tool_call", R.xlam_cases, _tool_call, ours=_passed, ours_compat=_reward),
     "example_tool_call_multireward": Family("example_tool_call_multireward", "tool_call", R.multireward_cases,
-                                            lambda compat: load_env("tool_call"), theirs=_multireward_correct,
-                                            ours=_passed, switch=False),
+                                            _tool_call, theirs=_multireward_correct, ours=_passed,
+                                            theirs_compat=_multireward_all, ours_compat=_multireward_ours),
     "reasoning_gym": Family("reasoning_gym", "reasoning_gym", R.reasoning_gym_cases,
                             lambda compat: ReasoningGym(nemo_compat=compat), gold=("answer_tags",)),
     "bunsenbench_chemistry_mcq": Family("bunsenbench_chemistry_mcq", "mcqa", R.bunsen_cases,
-                                        lambda compat: MCQA(nemo_compat=compat), gold=("choice_text",),
-                                        switch=False),
+                                        lambda compat: MCQA(nemo_compat=compat), gold=("choice_text",)),
     "polymath": Family("polymath", "math", R.polymath_cases,
                        lambda compat: MathEnv(nemo_compat=compat, verify_timeout=300.0), gold=("boxed",)),
 }
@@ -105,13 +128,14 @@ FAMILIES: dict[str, Family] = {
 # (docs/nemo_gym_parity.md says the same). A difference not listed here fails the test.
 _SURPLUS = ("a surplus call beside the expected one(s): NeMo Gym (parallel_tool_call_rewarding off, its "
             "default) does not count surplus calls; Palaestra passes only exactly the expected calls")
-_FUZZY = ("a string argument changed (words appended, case swapped): NeMo Gym compares strings by word-count "
-          "similarity (threshold 0.1 in its shipped config) and accepts it; Palaestra compares exactly")
+_FUZZY = ("a string argument changed (words appended or dropped, case swapped): NeMo Gym compares strings by "
+          "word-count similarity (threshold 0.1 in its shipped config) and accepts it; Palaestra compares exactly")
 _EXTRA_ARG = ("an argument the expected call lacks: NeMo Gym checks only the expected keys; Palaestra refuses "
               "arguments beyond them (allow_extra_arguments off)")
-_BUNSEN_FORMS = ("NeMo Gym's BunsenBench reader takes any answer form (Answer: lines, boxes, <answer> tags, "
-                 "the option text or letter alone, 'the answer is'); Palaestra reads only the <choice> form the "
-                 "rows ask for")
+_BUNSEN_FORMS = ("NeMo Gym's BunsenBench reader takes any answer form (Answer: lines, bold or not, boxes with or "
+                 "without \\text, <answer> and <final_answer> tags, 'the answer is', 'I choose option B', the option "
+                 "text, its letter or 'B) text' alone on the last or first line); Palaestra reads the <choice> form "
+                 "the rows ask for, and a boxed letter")
 EXPECTED_DIFFERENCES: dict[str, dict[str, str]] = {
     "structured_outputs": {
         "tool_gold_twice": "the answer tool called twice: Palaestra grades the last call; NeMo Gym scores any reply "
@@ -126,7 +150,7 @@ EXPECTED_DIFFERENCES: dict[str, dict[str, str]] = {
     },
     "single_step_tool_use_with_argument_comparison": {
         "gold_plus_duplicate": _SURPLUS, "gold_plus_other_tool": _SURPLUS,
-        "wrong_value": _FUZZY, "string_case_changed": _FUZZY,
+        "wrong_value": _FUZZY, "string_case_changed": _FUZZY, "words_dropped": _FUZZY,
     },
     "xlam_fc": {"extra_argument": _EXTRA_ARG},
     "example_tool_call_multireward": {
@@ -145,10 +169,13 @@ EXPECTED_DIFFERENCES: dict[str, dict[str, str]] = {
         "no_box": "'Answer: 4' commits to 4; NeMo Gym scores 0 without a box (as for math_with_judge)",
     },
     "bunsenbench_chemistry_mcq": {
-        "choice_lower": "<choice>h2o</choice>: Palaestra matches option text in any case; NeMo Gym requires the "
-                        "case, which is right for formulae (CO is not Co): Palaestra is wrong here",
+        "choice_lower": "<choice>h2o</choice>: the case is off, but only one option (H2O) can be meant, so "
+                        "Palaestra reads it; NeMo Gym requires the case always. Where the case tells options "
+                        "apart (CO, Co) Palaestra requires it too",
         **{v: _BUNSEN_FORMS for v in ("answer_colon_text", "answer_colon_letter", "boxed_text", "answer_tag",
-                                      "plain_text", "letter_alone", "the_answer_is")},
+                                      "plain_text", "letter_alone", "the_answer_is", "answer_bold",
+                                      "answer_lower_letter", "option_word", "label_text", "final_answer_tag",
+                                      "boxed_text_wrapper", "restated_choices", "letter_first_line")},
     },
 }
 
@@ -181,24 +208,30 @@ async def _verdict(env: Environment, task: Any, row: dict[str, Any], output: Out
 
 
 @functools.cache
-def nemo_side(name: str) -> tuple[int, dict[str, str], list[tuple[str, dict[str, Any], Any, str, Output]],
+def nemo_side(name: str) -> tuple[int, dict[bool, dict[str, str]], list[tuple[str, dict[str, Any], Any, str, Output]],
                                   list[dict[str, Any]]]:
-    """(rows, refused at load, cases, NeMo Gym's verdict per case) of a family: computed once for both
-    readings of Palaestra's side."""
+    """(rows, refused at load per nemo_compat setting, cases, NeMo Gym's verdict per case) of a family:
+    computed once for both readings of Palaestra's side. A row either setting loads has cases."""
     family = FAMILIES[name]
-    env = family.make(False)
-    refused: dict[str, str] = {}
+    envs = {compat: family.make(compat) for compat in ((False, True) if family.switch else (False,))}
+    refused: dict[bool, dict[str, str]] = {compat: {} for compat in envs}
     loaded: list[tuple[str, dict[str, Any], Any]] = []
     rows = SIDE.example_rows(family.server, family.files)
     for i, (fname, row) in enumerate(rows):
         where = f"{fname}#{i}"
         try:
             task = parse_row(row, f"{family.server}-{i}", family.env)
-            env.check_task(task)
-        except (InvalidTask, ValueError) as exc:
-            refused[where] = str(exc)[:160]
+        except ValueError as exc:
+            for compat in envs:
+                refused[compat][where] = str(exc)[:160]
             continue
-        loaded.append((where, row, task))
+        for compat, env in envs.items():
+            try:
+                env.check_task(task)
+            except InvalidTask as exc:
+                refused[compat][where] = str(exc)[:160]
+        if any(where not in r for r in refused.values()):
+            loaded.append((where, row, task))
     meta = [(where, row, task, variant, output) for where, row, task in loaded
             for variant, output in family.cases(row)]
     nemo = SIDE.nemo_rewards([{"server": family.server, "row": row, "output": output}
@@ -209,17 +242,23 @@ def nemo_side(name: str) -> tuple[int, dict[str, str], list[tuple[str, dict[str,
 def compare(name: str, compat: bool) -> Comparison:
     family = FAMILIES[name]
     env = family.make(compat)
-    rows, refused, meta, nemo = nemo_side(name)
+    rows, refused_by, meta, nemo = nemo_side(name)
+    refused = refused_by[compat]
     result = Comparison(name, compat, rows=rows, refused=refused)
+
+    ours = (family.ours_compat if compat else None) or family.ours
+    theirs_of = (family.theirs_compat if compat else None) or family.theirs
 
     async def score() -> None:
         for (where, row, task, variant, output), theirs in zip(meta, nemo, strict=True):
+            if where in refused:
+                continue
             assert "error" not in theirs, f"NeMo Gym refused {where} / {variant}: {theirs['error']}"
             verdict = await _verdict(env, task, row, output)
-            mine, other = family.ours(verdict), family.theirs(theirs)
+            mine, other = ours(verdict), theirs_of(theirs)
             result.variants.add(variant)
             result.cases += 1
-            result.gold_full += variant in family.gold and mine == other == 1.0
+            result.gold_full += variant in family.gold and family.ours(verdict) == family.theirs(theirs) == 1.0
             if mine == other:
                 result.agree += 1
             else:
@@ -278,7 +317,9 @@ def main() -> None:
     done = [(compare(n, True) if FAMILIES[n].switch else None, compare(n, False)) for n in names]
     for on, off in done:
         rate = f"{on.agreement:.1%} ({on.agree}/{on.cases})" if on else "no switch"
-        print(f"| {off.family} | {FAMILIES[off.family].env} | {off.rows} | {len(off.refused)} | {len(off.variants)} | "
+        refused = f"{len(off.refused)}" if on is None or on.refused == off.refused else \
+            f"{len(on.refused)} on, {len(off.refused)} off"
+        print(f"| {off.family} | {FAMILIES[off.family].env} | {off.rows} | {refused} | {len(off.variants)} | "
               f"{off.cases} | {rate} | {off.agreement:.1%} ({off.agree}/{off.cases}) |")
     for pair in done:
         for c in (x for x in pair if x is not None):

@@ -17,6 +17,7 @@ Nothing here imports NeMo Gym: the table and the routing work from names alone.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,19 +48,24 @@ _NATIVE: dict[str, tuple[str, str]] = {
     "mcqa": ("mcqa", _MCQA_NOTE),
     "gpqa_diamond": ("mcqa", _MCQA_NOTE),
     "bunsenbench_chemistry_mcq": ("mcqa", "the `<choice>option text</choice>` the rows ask for is read as the "
-                                  "row's output_regex and matched to an option"),
+                                  "row's output_regex and matched to an option (NeMo Gym's own reader with "
+                                  "nemo_compat; tests/parity)"),
     "math_with_judge": ("math", _MATH_NOTE),
     "polymath": ("math", _MATH_NOTE),
     "physics_judge": ("math", _MATH_NOTE + "; NeMo Gym's server is math_with_judge's"),
     "math_with_autograder": ("math", _MATH_NOTE + "; NeMo Gym's server is math_with_judge's with an autograder"),
     "instruction_following": ("ifeval", "IFEval instruction ids implemented natively (see envs/ifeval/nemo_ids.py)"),
-    "ifbench": ("ifeval", "IFBench ids implemented natively where no NLP model is needed"),
+    "ifbench": ("ifeval", "IFBench ids implemented natively where no NLP model is needed (IFBench's "
+                "own readings with nemo_compat; tests/parity)"),
     "structured_outputs": ("json_schema", "JSON Schema validation with jsonschema; tool-call replies are read from "
                            "the named tool's payload"),
     "single_step_tool_use_with_argument_comparison": ("tool_call", "expected_action compared by name and "
-                                                      "parsed arguments"),
-    "example_tool_call_multireward": ("tool_call", "expected_call compared by name and arguments"),
-    "xlam_fc": ("tool_call", "expected_answers compared as an unordered set of calls"),
+                                                      "parsed arguments (with nemo_compat, NeMo Gym's string "
+                                                      "similarity and free surplus calls; tests/parity)"),
+    "example_tool_call_multireward": ("tool_call", "expected_call compared by name and arguments "
+                                      "(with nemo_compat, NeMo Gym's three-part reward; tests/parity)"),
+    "xlam_fc": ("tool_call", "expected_answers compared as an unordered set of calls (with "
+                "nemo_compat, only the expected keys; tests/parity)"),
     "text_to_sql": ("sql", "sqlite rows: both queries executed on the row's sql_context, result sets compared "
                     "(NeMo Gym asks an LLM judge); mysql/postgresql rows are refused"),
     "reasoning_gym": ("reasoning_gym", "scored by reasoning-gym's own score_answer for the row's source_dataset"),
@@ -215,3 +221,34 @@ def routes_from_nemo_config(data: Mapping[str, Any]) -> dict[str, str]:
         if isinstance(server, str) and server:
             routes[str(name)] = servers.get(server, server)  # a server defined in another config file: its name
     return routes
+
+
+# ---- rows whose prompt NeMo Gym's own agent builds ----------------------------------------------------
+
+NEMO_AGENT = "nemo-gym"  # Palaestra's harness that runs NeMo Gym's own agent server (adapters/nemo_gym_agent.py)
+
+
+def row_agent(env: str, agent_ref: Any, has_input: bool) -> str | None:
+    """The harness a ``nemo_gym:<server>`` row needs, or None for the run's own: a row with no input whose
+    NeMo Gym agent builds the prompt itself (``scicode_agent`` from the row's sub-steps) is run by NeMo Gym's
+    own agent (``nemo-gym``). An agent that starts from the server's ``/seed_session`` observations
+    (``toolsandbox_agent``) is driven by the environment instead (``nemo_gym_episodes``). Reads the server's
+    config file from the installed wheel; without NeMo Gym installed, None (the row is then refused by its
+    environment's own check, saying why)."""
+    if has_input or not env.startswith(NEMO_ENV_PREFIX):
+        return None
+    name = agent_ref.get("name") if isinstance(agent_ref, dict) else agent_ref
+    return _agent_of(env.removeprefix(NEMO_ENV_PREFIX), name if isinstance(name, str) else None)
+
+
+@functools.lru_cache(maxsize=256)
+def _agent_of(server: str, agent_ref: str | None) -> str | None:
+    from palaestra.adapters.nemo_gym_episodes import OBSERVING_AGENTS
+    from palaestra.adapters.nemo_gym_launch import prompt_agent
+    from palaestra.core.errors import ConfigError
+
+    try:
+        agent = prompt_agent(server, None, agent_ref)
+    except ConfigError:  # NeMo Gym is not installed here
+        return None
+    return NEMO_AGENT if agent is not None and agent not in OBSERVING_AGENTS else None

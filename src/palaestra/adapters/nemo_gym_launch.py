@@ -32,6 +32,19 @@ from palaestra.core.errors import ConfigError, EnvironmentFailure
 
 DEFAULT_VENV = Path.home() / ".cache" / "palaestra-bench" / "nemo-gym"
 
+# Every responses_api_models name a NeMo Gym config references (run in the NeMo venv by both launch scripts).
+MODEL_REFS = '''
+def model_refs(value):
+    if isinstance(value, dict):
+        if value.get("type") == "responses_api_models" and isinstance(value.get("name"), str):
+            yield value["name"]
+        for v in value.values():
+            yield from model_refs(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from model_refs(v)
+'''
+
 LAUNCHER = r'''
 import importlib, inspect, os, socket, sys, threading
 from urllib.parse import urlsplit
@@ -50,6 +63,11 @@ threading.Thread(target=watch, daemon=True).start()
 here = os.path.join(os.getcwd(), "resources_servers", name)
 # As in an activated venv (how `gym` runs a server): the venv's own commands (uv, ...) come first on PATH.
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+# Playwright's browser (interactive_browser): .ci/setup-nemo-gym.sh links Debian's chromium in there under
+# the names Playwright looks for, since `playwright install` cannot download its own build here.
+browsers = os.path.join(sys.prefix, "palaestra-playwright-browsers")
+if os.path.isdir(browsers):
+    os.environ["PLAYWRIGHT_BROWSERS_PATH"] = os.environ.get("PLAYWRIGHT_BROWSERS_PATH") or browsers
 options = {}
 if path and os.path.isfile(path):
     with open(path) as fh:
@@ -82,16 +100,7 @@ def resolved(key, value):  # a value that interpolates what nobody provides (an 
     except Exception:
         return value
 options = {k: resolved(k, v) for k, v in options.items()}
-def model_refs(value):
-    if isinstance(value, dict):
-        if value.get("type") == "responses_api_models" and isinstance(value.get("name"), str):
-            yield value["name"]
-        for v in value.values():
-            yield from model_refs(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from model_refs(v)
-refs = sorted({"policy_model", *model_refs(options)})
+''' + MODEL_REFS + r'''refs = sorted({"policy_model", *model_refs(options)})
 global_config = {}
 if model is not None:  # every model server the config names is the one Palaestra model server
     for ref in refs:
@@ -190,6 +199,17 @@ def names_model_server(name: str, venv: Path | None, agent: str | None = None) -
         return False
     text = yaml.safe_dump(entry)
     return "responses_api_models" in text or _MODEL_VAR.search(text) is not None
+
+
+def cohort_size(name: str, venv: Path | None, agent: str | None = None) -> int:
+    """How many rollouts of one row the server grades together (its config's ``num_rollouts_per_prompt``;
+    1 for every server that grades a rollout alone). A cohort server (``genrm_compare``: 16, compared
+    pairwise by its GenRM judge) holds each ``/verify`` until that many rollouts of the row, told apart by
+    ``_ng_rollout_index``, have arrived: a run needs that many repeats of the row, all in flight at once."""
+    path = config_path(name, venv, agent)
+    entry = _server_block(path, name) if path is not None else None
+    size = (entry or {}).get("num_rollouts_per_prompt")
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 1 else 1
 
 
 def prompt_agent(name: str, venv: Path | None, agent: str | None = None) -> str | None:

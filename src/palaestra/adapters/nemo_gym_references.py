@@ -56,8 +56,19 @@ def _answer_line(text: str) -> str:
     return f"Answer: {text}"
 
 
+def _scicode_steps(task: Task) -> Reference:
+    """SciCode's agent asks for one sub-step per model call, each in a fresh prompt: the reply is every
+    sub-step's ``ground_truth_code`` in one ```python block, so each sub-step's solution defines its function
+    (the later ones are defined, not called, which the tests do not mind)."""
+    steps = task.metadata.get("sub_steps")
+    steps = steps if isinstance(steps, list) else []
+    codes = [str(s.get("ground_truth_code") or "") for s in steps if isinstance(s, dict)]
+    return Reference(final_answer="```python\n" + "\n\n".join(c for c in codes if c) + "\n```")
+
+
 # Server name → a reference built from the whole row (tools and state), where the answer is not one field.
 CUSTOM: dict[str, Callable[[Task], Reference]] = {
+    "scicode": _scicode_steps,
     "example_session_state_mgmt": _session_state,
     "workplace_assistant": _ground_truth_calls,
 }
@@ -116,6 +127,8 @@ def reference(server: str, task: Task) -> Reference | None:
 def reference_policy(server: str, task: Task) -> str:
     """Which policy the oracle runs a row under: ``reference: <how>`` or ``fixed reply``."""
     if server in CUSTOM:
+        if server == "scicode":
+            return "reference: sub_steps[].ground_truth_code"
         return "reference: the row's tool calls" if server == "workplace_assistant" else "reference: row state"
     field = answer_field(task)
     if field is None and shown_action(task) is not None:

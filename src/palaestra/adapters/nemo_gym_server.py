@@ -42,12 +42,20 @@ from palaestra.adapters import nemo_gym_episodes as nemo_eps
 from palaestra.adapters import nemo_gym_references as nemo_refs
 from palaestra.adapters import nemo_gym_rows as nemo_rows
 from palaestra.adapters.nemo_gym import assistant_items, tool_output_item
-from palaestra.adapters.nemo_gym_launch import NemoServerProcess, names_model_server, prompt_agent, server_dir
+from palaestra.adapters.nemo_gym_agent_launch import environment_server
+from palaestra.adapters.nemo_gym_launch import (
+    NemoServerProcess,
+    cohort_size,
+    names_model_server,
+    prompt_agent,
+    server_dir,
+)
 from palaestra.core.environment import Environment
 from palaestra.core.errors import BadArguments, ConfigError, EnvironmentFailure, InvalidTask, ToolError, UnknownTool
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 
 FAMILY = "nemo_gym"
+TASK_INDEX_KEY, ROLLOUT_INDEX_KEY = "_ng_task_index", "_ng_rollout_index"  # NeMo Gym's collector's names
 ROW_ID_KEY = "nemo_gym_row_id"  # a bundled row's own ``id`` (of its own type: some servers verify it)
 _PALAESTRA_KEYS = {nemo_rows.REQUEST_KEY, nemo_rows.AGENT_REF_KEY, nemo_rows.SAMPLING_KEY, ROW_ID_KEY,
                    nemo_rows.ROW_IDS_KEY, nemo_rows.ORIGINAL_ID_KEY}
@@ -59,6 +67,15 @@ REFERENCES = nemo_refs.CUSTOM
 # names none: a scripted model with a fixed reply, in the JSON shape a request asks for where it asks for one
 # (``response_format``), so verify runs through and its verdict says who judged.
 DEFAULT_JUDGE = "scripted:format"
+# A row run by NeMo Gym's own agent (``--agent nemo-gym``, adapters/nemo_gym_agent.py): that agent seeds and
+# verifies on its own resources server, and its /run answer (the verify response) is in the trajectory.
+AGENT_NAME = "nemo-gym"
+AGENT_RUN_KEY = "nemo_gym_run"
+
+
+def agent_driven(task: Task) -> bool:
+    """Whether NeMo Gym's own agent runs the row (its agent spec is ``nemo-gym`` or ``nemo-gym:<type>``)."""
+    return (task.agent or "").split("?")[0].split(":")[0] == AGENT_NAME
 _NO_JUDGE = frozenset({"keyword", "builtin:keyword", "builtin:reference-match"})  # the native judge's matcher
 
 
@@ -103,6 +120,8 @@ class NemoSession:
     gymnasium: bool = False  # a GymnasiumServer: /reset and /step instead of /seed_session and /verify
     observation: str | None = None  # what its /reset answered
     episode: nemo_eps.Episode | None = None  # a server that drives the episode (its seed answered obs)
+    slot: int = 0  # its rollout index among the row's rollouts (``_ng_rollout_index``)
+    verified: bool = False  # its slot is taken for good: a retry of a failed rollout reuses a free one
 
 
 class NemoGymServerEnvironment(Environment):
@@ -126,6 +145,11 @@ class NemoGymServerEnvironment(Environment):
         self._configured = False
         # task id → (messages, tools) its server's /seed_session answered, where the server builds the prompt
         self._observed: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+        # NeMo Gym's collector numbers each distinct row (``_ng_task_index``) and each of its repeats
+        # (``_ng_rollout_index``); a cohort server (``cohort_size``) groups a row's rollouts by them.
+        self._task_index: dict[str, int] = {}
+        self._slots: dict[str, set[int]] = {}  # task id → rollout indices taken (in flight or verified)
+        self._cohort = 1
 
     @property
     def judge(self) -> str | None:
@@ -183,12 +207,16 @@ class NemoGymServerEnvironment(Environment):
     def check_task(self, task: Task) -> None:
         """A row with no input at all is refused, naming the NeMo Gym agent that builds its prompt (from the
         server's /seed_session, or from row fields of its own): Palaestra's agents send the row's input."""
-        if any(m.get("content") for m in task.messages()):
+        if any(m.get("content") for m in task.messages()) or agent_driven(task):
             return
         ref = task.metadata.get(nemo_rows.AGENT_REF_KEY)
         agent = prompt_agent(self.server, self.venv, ref.get("name") if isinstance(ref, dict) else None)
         if agent in nemo_eps.OBSERVING_AGENTS:  # its /seed_session answers the prompt: driven as it is
             return
+        if nemo_rows.REQUEST_KEY not in task.metadata and (served := environment_server(self.server, self.venv)):
+            raise InvalidTask(f"needs_agent: the row is no Responses request (no responses_create_params): NeMo "
+                              f"Gym's Environment Server '{served}' runs it (its episode protocol, driving "
+                              "agents of its own), which Palaestra does not drive", hint="see docs/nemo_gym_servers.md")
         raise InvalidTask(f"needs_agent: the row's responses_create_params.input is empty; NeMo Gym's "
                           f"'{agent or 'own'}' agent builds the prompt itself, which Palaestra's agents do not",
                           hint="give the prompt in responses_create_params.input")
@@ -201,14 +229,20 @@ class NemoGymServerEnvironment(Environment):
             agent = ref.get("name") if isinstance(ref, dict) else ref
             self._process.agent = agent if isinstance(agent, str) and agent else None
             self._needs_model = names_model_server(self.server, self.venv, self._process.agent)
+            self._cohort = cohort_size(self.server, self.venv, self._process.agent)
+        if agent_driven(task):  # NeMo Gym's agent seeds its own resources server: nothing to start here
+            return NemoSession(task, httpx.AsyncClient(trust_env=False), frozenset())
         if self._needs_model and self._process.model_url is None:
             self._process.model_url = self._model_url()
         base = await self._process.url()
         client = httpx.AsyncClient(base_url=base, timeout=self.timeout_s, trust_env=False)
         names = frozenset(str((t.get("function") or t).get("name")) for t in task.tools or [])
-        session = NemoSession(task, client, names)
+        taken = self._slots.setdefault(task.id, set())
+        slot = min(set(range(len(taken) + 1)) - taken)  # the lowest free: a retry takes its failed one's
+        taken.add(slot)
+        session = NemoSession(task, client, names, slot=slot)
         try:
-            seeded = await self._post(session, "/seed_session", nemo_row(task), missing_ok=True)
+            seeded = await self._post(session, "/seed_session", self._row(session), missing_ok=True)
             if seeded.status_code == 404:  # NeMo Gym's gymnasium-style servers reset an episode instead
                 session.gymnasium = True
                 reset = (await self._post(session, "/reset", nemo_row(task))).json()
@@ -220,15 +254,26 @@ class NemoGymServerEnvironment(Environment):
                 session.tools = frozenset(t["function"]["name"] for t in session.episode.tools)
                 self._observed[task.id] = (session.episode.messages, session.episode.tools)
         except BaseException:
+            taken.discard(slot)
             await client.aclose()
             raise
         return session
 
+    def _row(self, session: NemoSession) -> dict[str, Any]:
+        """The row as NeMo Gym's collector posts it: with its task and rollout index (the row's own where it
+        carries them, as a row NeMo Gym materialized does)."""
+        row = nemo_row(session.task)
+        row.setdefault(TASK_INDEX_KEY, self._task_index.setdefault(session.task.id, len(self._task_index)))
+        row.setdefault(ROLLOUT_INDEX_KEY, session.slot)
+        return row
+
     async def _post(self, session: NemoSession, path: str, body: Any, missing_ok: bool = False) -> httpx.Response:
         try:
             response = await session.client.post(path, json=body)
-        except httpx.HTTPError as exc:
-            raise EnvironmentFailure(f"NeMo Gym server '{self.server}' did not answer {path}: {exc!r}") from exc
+        except httpx.HTTPError as exc:  # what the server logged meanwhile says why (a Ray actor with no GPU, ...)
+            logged = self._process.log_tail()
+            raise EnvironmentFailure(f"NeMo Gym server '{self.server}' did not answer {path}: {exc!r}"
+                                     + (f"; the server logged: {logged}" if logged else "")) from exc
         if missing_ok and response.status_code == 404:
             return response
         if response.status_code >= 500 or (path in _EPISODE_PATHS and response.status_code >= 400):
@@ -258,8 +303,10 @@ class NemoGymServerEnvironment(Environment):
             return response.text
 
     async def verify(self, state: NemoSession, trajectory: Trajectory) -> Verdict:
+        if agent_driven(state.task) or getattr(trajectory, AGENT_RUN_KEY, None) is not None:  # --agent nemo-gym
+            return agent_verdict(self.server, trajectory)
         prompt_length = len(self.prompt(state.task))
-        body = nemo_row(state.task) | {"response": response_body(state.task, trajectory, prompt_length)}
+        body = self._row(state) | {"response": response_body(state.task, trajectory, prompt_length)}
         ep = state.episode
         if ep is not None:  # the final text is the episode's last step; /close scores it, /verify reports it
             final = trajectory.final_text()
@@ -270,7 +317,17 @@ class NemoGymServerEnvironment(Environment):
             group = str(state.task.metadata.get("task_idx", state.task.id))
             body["response"] |= nemo_eps.verify_fields(ep, group)
         # A gymnasium server grades the rollout as one action of its episode: /step answers the reward.
-        answer = (await self._post(state, "/step" if state.gymnasium else "/verify", body)).json()
+        try:
+            answer = (await self._post(state, "/step" if state.gymnasium else "/verify", body)).json()
+        except EnvironmentFailure as exc:
+            if self._cohort > 1 and "ReadTimeout" in exc.message:  # the cohort never filled
+                raise EnvironmentFailure(
+                    f"needs_cohort: NeMo Gym server '{self.server}' grades {self._cohort} rollouts of a row "
+                    f"together (its num_rollouts_per_prompt) and holds /verify until all have arrived",
+                    hint=f"run {self._cohort} repeats of each row at once: --repeats {self._cohort} "
+                         f"--concurrency {self._cohort} (or more)") from exc
+            raise
+        state.verified = True
         reward = answer.get("reward") if isinstance(answer, dict) else None
         if not isinstance(reward, (int, float)) or isinstance(reward, bool):
             raise EnvironmentFailure(f"NeMo Gym server '{self.server}' answered /verify without a reward")
@@ -282,10 +339,26 @@ class NemoGymServerEnvironment(Environment):
                        answer=trajectory.final_text() or None)
 
     async def close(self, state: NemoSession) -> None:
+        if not state.verified:  # its rollout index is free again, for the retry of this rollout
+            self._slots.get(state.task.id, set()).discard(state.slot)
         if state.episode is not None and not state.episode.closed:  # a rollout that never reached verify
             with contextlib.suppress(httpx.HTTPError):
                 await state.client.post("/close", json={"env_id": state.episode.env_id})
         await state.client.aclose()
+
+
+def agent_verdict(server: str, trajectory: Trajectory) -> Verdict:
+    """The verdict of a row NeMo Gym's agent ran: the reward of the verify response its /run answered."""
+    found = getattr(trajectory, AGENT_RUN_KEY, None)
+    run: dict[str, Any] = found if isinstance(found, dict) else {}
+    reward = run.get("reward")
+    if not isinstance(reward, (int, float)) or isinstance(reward, bool):
+        raise EnvironmentFailure(f"NeMo Gym server '{server}': the row was run by NeMo Gym's agent, whose "
+                                 "/run answer (the verify response) the trajectory lacks")
+    extra = {k: v for k, v in run.items() if k not in ("reward", "response")}
+    metadata = {"nemo_gym_server": server, "nemo_gym_agent": getattr(trajectory, "harness", None), **extra}
+    return Verdict(reward=float(reward), passed=float(reward) >= 1.0, metadata=metadata,
+                   answer=trajectory.final_text() or None)
 
 
 _EPISODE_PATHS = ("/seed_session", "/verify", "/reset", "/step", "/close")

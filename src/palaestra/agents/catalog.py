@@ -73,6 +73,9 @@ HARNESSES: dict[str, Harness] = {h.name: h for h in (
     Harness("openhands", "external CLI", "OpenHands SDK's default coding agent (terminal, file editor), Python 3.12, "
             "over Chat Completions (litellm).", binaries=("python", "unshare"), network=JAILED,
             usage="PyPI openhands-sdk and openhands-tools in a Python 3.12 venv (bash .ci/setup-agents.sh)"),
+    Harness("terminus-2", "external CLI", "Harbor's Terminus-2 (keystrokes into tmux), Python 3.12, over Chat "
+            "Completions (Harbor's LiteLLM client).", binaries=("python", "tmux", "unshare"), network=JAILED,
+            usage="PyPI harbor in a Python 3.12 venv, tmux from Debian (bash .ci/setup-agents.sh)"),
     Harness("openai-agents", "agent SDK", "OpenAI Agents SDK's Runner loop, in-process, over Chat Completions.",
             python=("agents", "openai"), extra="sdk", network=SDK_NET, usage="pip install 'palaestra[sdk]'"),
     Harness("smolagents", "agent SDK", "smolagents' ToolCallingAgent loop, in-process, over Chat Completions.",
@@ -88,6 +91,12 @@ HARNESSES: dict[str, Harness] = {h.name: h for h in (
                     "(127.0.0.1 unless the server allows more with --call-host)",
             environment="any (it is mounted as a local server process for the agent server to call)",
             usage="palaestra agent serve NAME --port PORT; then --agent remote:http://127.0.0.1:PORT"),
+    Harness("nemo-gym", "agent server", "NeMo Gym's own agent server (scicode_agent, simple_agent, ...) on a "
+            "nemo_gym:<server> row, wired to its resources server and this run's model as `gym env start` "
+            "wires them; rows whose NeMo Gym agent builds the prompt name it themselves.",
+            network="127.0.0.1: NeMo Gym's agent and resources servers, and the rollout's model endpoint",
+            environment="nemo_gym:<server> (its verdict is the verify response of NeMo Gym's /run)",
+            usage="bash .ci/setup-nemo-gym.sh; then --agent nemo-gym[:AGENT_TYPE][?config=A.yaml]"),
 )}
 
 

@@ -37,9 +37,13 @@ BUILTIN_AGENTS: dict[str, str] = {
     "qwen-code": "palaestra.agents.external:qwen_code_agent",
     "gemini-cli": "palaestra.agents.external:gemini_cli_agent",
     "openclaw": "palaestra.agents.external:openclaw_agent",
+    "terminus-2": "palaestra.agents.external:terminus_2_agent",
     "langgraph": "palaestra.agents.langgraph_agent:langgraph_agent",
     # remote:URL?token_file=PATH: a harness served by `palaestra agent serve` (agents/remote.py).
     "remote": "palaestra.agents.remote:RemoteAgent",
+    # nemo-gym[:AGENT_TYPE]: NeMo Gym's own agent server running a NeMo Gym row (adapters/nemo_gym_agent.py);
+    # rows whose NeMo Gym agent builds the prompt name it themselves.
+    "nemo-gym": "palaestra.adapters.nemo_gym_agent:NemoGymAgent",
 }
 
 REGISTRY = plugin_registry("agents", declare=False)

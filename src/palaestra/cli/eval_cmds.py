@@ -62,8 +62,8 @@ def run(
     judge_api_key_env: str | None = typer.Option(None, "--judge-api-key-env", help="Variable holding the judge's "
                                                  "API key (PALAESTRA_JUDGE_API_KEY_ENV; OPENAI_API_KEY)."),
     nemo_compat: bool | None = typer.Option(None, "--nemo-compat/--no-nemo-compat",
-                                            help="Grade mcqa, math, json_schema and reasoning_gym rows "
-                                                 "exactly as NeMo Gym's verifiers do (docs/nemo_gym_parity.md)."),
+                                            help="Grade rows exactly as NeMo Gym's verifiers do, in every "
+                                                 "environment with that reading (docs/nemo_gym_parity.md)."),
     config: str | None = typer.Option(None, "--config", help="run.yaml with the same fields as the flags."),
     resume: str | None = typer.Option(None, "--resume", help="Finish the run in this directory."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),

@@ -44,8 +44,10 @@ def run_with_progress(cfg: RunConfig, quiet: bool = False, settings: Settings | 
 
     tune_gc_for_batch()
     with progress:
-        result = run_async(evaluate_async(config=cfg, on_start=on_start, on_rollout=on_rollout, settings=settings,
-                                          config_sources=sources))
+        # quiet: no bar, so no per-rollout callback either (the multi-process driver would parse every
+        # record's outcome for it, and its workers encode that for it: a cost for a bar nobody sees)
+        result = run_async(evaluate_async(config=cfg, on_start=on_start, on_rollout=None if quiet else on_rollout,
+                                          settings=settings, config_sources=sources))
     for line in result.skipped_rows:
         console.print(f"[yellow]skipped[/] {line}")
     out = Console()

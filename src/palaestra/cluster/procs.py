@@ -257,14 +257,15 @@ class ProcessCollector:
                 self._end(s)
 
     def _feed(self, slot: Slot) -> None:
-        """Top the worker up to twice its lanes, so its lanes never wait for the next item; but never
-        beyond its fair share of what is left, so a small run is spread over all workers."""
+        """Top the worker up to eight times its lanes, so its lanes never wait for the next item while this
+        process waits for a core and an fsync, and it is written to fewer times; but never beyond its fair
+        share of what is left, so a small run is spread over all workers."""
         proc = slot.proc
         if proc is None or proc.stdin is None or proc.stdin.is_closing():
             return
         items = []
         share = math.ceil((len(self.queue) + sum(len(s.held) for s in self.slots)) / max(len(self.slots), 1))
-        while self.queue and len(slot.held) < min(2 * slot.lanes, max(share, 1)):
+        while self.queue and len(slot.held) < min(8 * slot.lanes, max(share, 1)):
             index, repeat, attempt = self.queue.popleft()
             task_id = self.tasks[index].id
             slot.held[(task_id, repeat)] = [index, attempt, slot.sent]

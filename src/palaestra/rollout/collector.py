@@ -19,6 +19,7 @@ from palaestra.core.errors import ConfigError
 from palaestra.core.records import Rollout, Task
 from palaestra.core.secrets import redact_url
 from palaestra.envs.registry import load_env_class
+from palaestra.models.router import RouteSpec
 from palaestra.placement import MountedEnv, mount_env
 from palaestra.rollout import rundir
 from palaestra.rollout.cascade import run_cascade
@@ -27,6 +28,7 @@ from palaestra.rollout.config import RunConfig, env_options
 from palaestra.rollout.journal import Journal
 from palaestra.rollout.models import ModelPool, needs_reference
 from palaestra.rollout.runner import run_rollout
+from palaestra.server.model_proxy import ModelProxy
 
 ProgressFn = Callable[[Rollout, bool], None]
 log = logging.getLogger(__name__)
@@ -58,11 +60,25 @@ class Collector:
         # session (back-pressure) instead of opening one the store would refuse.
         self.gates: dict[str, asyncio.Semaphore] = {}
         self.models = ModelPool(cfg)
+        self._models: dict[str, tuple[RouteSpec | None, ModelProxy | None, str, bool]] = {}
         self.agents: dict[str, Agent] = {}
         self.links: RunLinks | None = None
 
     def model_spec(self, task: Task) -> str:
         return task.model or self.cfg.model
+
+    def _model(self, spec: str) -> tuple[RouteSpec | None, ModelProxy | None, str, bool]:
+        """What every rollout of ``spec`` needs from the model pool, worked out once per spec rather than
+        per attempt (parsing the route and redacting the URL cost more than the rest of the lookup):
+        its route, its proxy (None for a cascade, which picks one per step), its shown name, and whether
+        its rollouts fetch the reference first."""
+        hit = self._models.get(spec)
+        if hit is None:
+            route = self.models.route(spec)
+            proxy = None if route is not None and route.strategy == "cascade" else self.models.proxy(spec)
+            hit = (route, proxy, redact_url(spec), needs_reference(self.models.resolve(spec)))
+            self._models[spec] = hit
+        return hit
 
     async def _setup(self) -> None:
         # A remote agent (agent: remote:URL) calls its environment over HTTP: that one runs as a local server.
@@ -104,16 +120,16 @@ class Collector:
         spec = self.model_spec(task)
         env: EnvClient = self.envs[task.env].client
         agent = self.agents[task.agent or self.cfg.agent]
-        route = self.models.route(spec)
+        route, proxy, shown, with_reference = self._model(spec)
         gate = self.gates.get(task.env)
 
         async def run(n: int) -> Rollout:
             kw: dict[str, Any] = {"env": env, "agent": agent, "repeat": repeat, "attempt": n,
                                   "deadline_s": self.cfg.deadline_s, "sampling": self._sampling(repeat)}
-            if route is not None and route.strategy == "cascade":
+            if proxy is None:
+                assert route is not None
                 return await run_cascade(task, route, spec, self.models, **kw)
-            return await run_rollout(task, proxy=self.models.proxy(spec), model_name=redact_url(spec),
-                                     with_reference=needs_reference(self.models.resolve(spec)), **kw)
+            return await run_rollout(task, proxy=proxy, model_name=shown, with_reference=with_reference, **kw)
 
         async def attempt(n: int) -> Rollout:
             if gate is None:

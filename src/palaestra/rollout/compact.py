@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from palaestra.core.records import Task
+from palaestra.core.records import Rollout, Task
 from palaestra.rollout.compact_format import (
     _LITERAL,
     _PREFIX,
@@ -47,6 +47,7 @@ from palaestra.rollout.compact_format import (
     task_texts,
 )
 from palaestra.rollout.expand import RunTasks, expand_record, expand_records, is_compact, read_expanded
+from palaestra.rollout.plain import is_plain, plain_data
 
 __all__ = ["MIN_TEXT", "CompactError", "RunTasks", "TaskLookup", "compact_record", "compact_rollout",
            "expand_record", "expand_records", "is_compact", "read_expanded", "task_texts"]
@@ -276,8 +277,17 @@ def _response_refs(response: Any, refs: _TextRefs) -> Any:
 
 
 def compact_rollout(rollout: Any, task: Task | None = None) -> Any:
-    """The journal form of a Rollout: dumped in JSON mode and compacted. Never loses a record: should
+    """The journal form of a Rollout: dumped in JSON mode (``rollout.plain``: without pydantic's walk when
+    the record is plain data, the same JSON either way) and compacted. Never loses a record: should
     compaction fail on an odd record, the record is journaled whole (and the failure logged)."""
+    fast = plain_data(rollout) if type(rollout) is Rollout else None  # no pydantic walk (rollout/plain.py)
+    if fast is not None:
+        try:
+            compacted = compact_record(fast, task, source=rollout)
+        except Exception:  # whatever it was, pydantic's dump below settles it
+            compacted = None
+        if compacted is not None and is_plain(compacted):  # checked compacted: a fraction of the bytes
+            return compacted
     data: dict[str, Any] = rollout.model_dump(mode="json", exclude_none=False)
     try:
         return compact_record(data, task, source=rollout)

@@ -89,8 +89,8 @@ class RunConfig(BaseModel):
     judge_model_name: str | None = Field(None, description="Model name sent to the judge (PALAESTRA_JUDGE_MODEL_NAME).")
     judge_api_key_env: str | None = Field(None, description="Variable holding the judge's API key "
                                           "(PALAESTRA_JUDGE_API_KEY_ENV; default OPENAI_API_KEY).")
-    nemo_compat: bool | None = Field(None, description="Grade mcqa, math, json_schema and reasoning_gym rows "
-                                     "exactly as NeMo Gym 0.7's verifiers do (docs/nemo_gym_parity.md); a row's "
+    nemo_compat: bool | None = Field(None, description="Grade rows exactly as NeMo Gym 0.7's verifiers do, in "
+                                     "every environment with that reading (docs/nemo_gym_parity.md); a row's "
                                      "metadata.nemo_compat overrides it.")
     run_id: str | None = Field(None, description="Set by the runtime from run.json: labels what the run's sandboxes "
                                "and servers create, so runs in one process or machine stay apart.")

@@ -139,6 +139,10 @@ def from_nemo_gym(row: dict[str, Any], default_id: str, default_env: str,
     }
     if chat.get("tools"):
         out["tools"] = chat["tools"]
+    has_input = bool(messages) if isinstance(messages, str) else any(
+        isinstance(m, dict) and m.get("content") for m in messages)
+    if env and (agent := nemo_families.row_agent(env, agent_ref, has_input)):  # NeMo Gym's agent builds its prompt
+        out["agent"] = agent
     return out
 
 

@@ -18,6 +18,7 @@ from palaestra.agents.external.openhands import OpenHandsAdapter
 from palaestra.agents.external.pi import PiAdapter
 from palaestra.agents.external.qwen_code import QwenCodeAdapter
 from palaestra.agents.external.runner import ExternalCLIAgent
+from palaestra.agents.external.terminus import Terminus2Adapter
 
 ADAPTERS: dict[str, type[CLIAdapter]] = {
     "codex": CodexAdapter,
@@ -32,6 +33,7 @@ ADAPTERS: dict[str, type[CLIAdapter]] = {
     "qwen-code": QwenCodeAdapter,
     "openclaw": OpenClawAdapter,
     "gemini-cli": GeminiCLIAdapter,
+    "terminus-2": Terminus2Adapter,
 }
 
 
@@ -83,8 +85,14 @@ def gemini_cli_agent(max_steps: int = 16) -> ExternalCLIAgent:
     return ExternalCLIAgent(GeminiCLIAdapter(), max_steps=max_steps)
 
 
+def terminus_2_agent(max_steps: int = 16) -> ExternalCLIAgent:
+    return ExternalCLIAgent(Terminus2Adapter(), max_steps=max_steps)
+
+
 __all__ = ["ADAPTERS", "AiderAdapter", "CLIAdapter", "ClaudeCodeAdapter", "CodexAdapter", "ExternalCLIAgent",
            "GeminiCLIAdapter", "HermesAdapter", "KiloCodeAdapter", "LaunchContext", "MiniSweAgentAdapter",
-           "OpenClawAdapter", "OpenCodeAdapter", "OpenHandsAdapter", "PiAdapter", "QwenCodeAdapter", "aider_agent",
+           "OpenClawAdapter", "OpenCodeAdapter", "OpenHandsAdapter", "PiAdapter", "QwenCodeAdapter", "Terminus2Adapter",
+           "aider_agent",
            "claude_code_agent", "codex_agent", "gemini_cli_agent", "hermes_agent", "kilocode_agent",
-           "mini_swe_agent", "openclaw_agent", "opencode_agent", "openhands_agent", "pi_agent", "qwen_code_agent"]
+           "mini_swe_agent", "openclaw_agent", "opencode_agent", "openhands_agent", "pi_agent", "qwen_code_agent",
+           "terminus_2_agent"]

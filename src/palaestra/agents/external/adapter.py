@@ -94,7 +94,9 @@ class CLIAdapter(abc.ABC):
             candidate = base / rel
             if os.access(candidate, os.X_OK) and candidate.is_file():
                 return str(candidate)
-        found = shutil.which(self.executable)
+        # a harness run by its own venv's interpreter (OpenHands, Terminus-2) is never a `python` on PATH:
+        # that one holds no harness, and `agent list` would call it installed
+        found = None if self.executable == "python" else shutil.which(self.executable)
         if found:
             return found
         raise AgentError(f"agent '{self.name}' needs the `{self.executable}` CLI ({self.package}), which is not "

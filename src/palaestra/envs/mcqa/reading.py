@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,22 +84,31 @@ def _unwrap(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=16384)
-def _norm(text: str) -> str:
-    """Compare option texts loosely: case, markdown, LaTeX text wrappers, spacing, end punctuation.
+def _norm(text: str, fold_case: bool = True) -> str:
+    """Compare option texts loosely: Unicode compatibility forms (NFKC: ``H₂O`` is ``H2O``), markdown, LaTeX
+    text wrappers, spacing, end punctuation, and case unless ``fold_case`` is off.
 
     Cached: every verify compares against all of its task's option texts, the same strings each time."""
-    text = _unwrap(text)
-    text = " ".join(_MARKUP.sub("", text).lower().split())
-    return text.strip(" .,;:!\"'")
+    text = _unwrap(unicodedata.normalize("NFKC", text))
+    text = " ".join(_MARKUP.sub("", text).split())
+    return (text.lower() if fold_case else text).strip(" .,;:!\"'")
 
 
 def _by_text(fragment: str, options: Options) -> str | None:
-    """The letter whose option text equals the fragment (only when exactly one option matches)."""
+    """The letter whose option text equals the fragment (only when exactly one option matches).
+
+    Case is ignored unless it tells options apart: where two options differ only in case (``CO`` and
+    ``Co``, carbon monoxide and cobalt), the fragment must match one in its case, so ``CO`` is CO and
+    ``co`` names neither. A reply whose case is off but that can mean one option only (``ketone`` for
+    ``Ketone``, ``h2o`` for ``H2O``) still names it."""
     target = _norm(fragment)
     if not target:
         return None
-    hits = [letter for letter, text in options if _norm(text) == target]
-    return hits[0] if len(hits) == 1 else None
+    hits = [(letter, text) for letter, text in options if _norm(text) == target]
+    if len(hits) > 1:
+        cased = _norm(fragment, fold_case=False)
+        hits = [(letter, text) for letter, text in hits if _norm(text, fold_case=False) == cased]
+    return hits[0][0] if len(hits) == 1 else None
 
 
 # An uppercase letter standing alone is an option mention ("B", "(B)", "B)", "option B")...

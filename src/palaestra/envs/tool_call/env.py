@@ -6,6 +6,10 @@ The tools are per task, so they are not ``@tool`` methods: the environment answe
 ``dynamic_tool(state, name, arguments)`` hook, which the session host calls for a name that is not a
 static tool. Verification reads the calls from the trajectory, so scoring never depends on the tools
 having been executed (an agent that only records the model's calls is scored the same way).
+
+``nemo_compat`` (constructor, ``eval run --nemo-compat`` or a row's ``metadata.nemo_compat``) grades a
+NeMo Gym row exactly as the NeMo Gym server it was written for does (``nemo.py``: xlam_fc, single-step
+argument comparison, multireward); rows of no such server keep Palaestra's comparison.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 from palaestra.core.environment import Environment
 from palaestra.core.errors import BadArguments, InvalidTask, UnknownTool
 from palaestra.core.records import Reference, Task, ToolCall, Trajectory, Verdict
+from palaestra.envs.tool_call import nemo
 from palaestra.envs.tool_call.match import ONE_OF, Call, argument_problems, max_matching
 
 
@@ -64,10 +69,10 @@ def _schema_errors(fn: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
             for e in sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))]
 
 
-def _actual_calls(trajectory: Trajectory, prompt_length: int = 0) -> list[Call]:
-    """The model's calls: the recorded tool calls, else those in assistant messages after the prompt's
-    ``prompt_length`` messages (a task's input may hold a conversation so far, whose calls are not this
-    rollout's). A call whose arguments were not a JSON object keeps ``arguments=None`` (it matches nothing)."""
+def _raw_calls(trajectory: Trajectory, prompt_length: int = 0) -> list[tuple[str, Any]]:
+    """The model's calls as (name, arguments as recorded): the recorded tool calls, else those in assistant
+    messages after the prompt's ``prompt_length`` messages (a task's input may hold a conversation so far,
+    whose calls are not this rollout's)."""
     raw: list[tuple[str, Any]] = [(r.name, r.arguments) for r in trajectory.tool_calls]
     if not raw:
         for message in trajectory.messages[prompt_length:]:
@@ -76,8 +81,14 @@ def _actual_calls(trajectory: Trajectory, prompt_length: int = 0) -> list[Call]:
                     fn = call.get("function") if isinstance(call, dict) else None
                     if isinstance(fn, dict) and isinstance(fn.get("name"), str):
                         raw.append((fn["name"], fn.get("arguments")))
+    return raw
+
+
+def _actual_calls(trajectory: Trajectory, prompt_length: int = 0) -> list[Call]:
+    """The model's calls (``_raw_calls``); a call whose arguments were not a JSON object keeps
+    ``arguments=None`` (it matches nothing)."""
     calls: list[Call] = []
-    for name, args in raw:
+    for name, args in _raw_calls(trajectory, prompt_length):
         if isinstance(args, str):
             try:
                 args = json.loads(args) if args.strip() else {}
@@ -85,6 +96,22 @@ def _actual_calls(trajectory: Trajectory, prompt_length: int = 0) -> list[Call]:
                 args = None
         calls.append(Call(name, args if isinstance(args, dict) else None))
     return calls
+
+
+def _nemo_reply(trajectory: Trajectory, prompt_length: int) -> nemo.Reply:
+    """The reply as NeMo Gym's servers see it: arguments parsed as JSON text is (any JSON value, or
+    ``UNPARSED``), and whether the reply holds assistant text (even empty: NeMo Gym counts the item)."""
+    calls: list[tuple[str, Any]] = []
+    for name, args in _raw_calls(trajectory, prompt_length):
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                args = nemo.UNPARSED
+        calls.append((name, args))
+    has_text = trajectory.final_answer is not None or any(
+        m.get("role") == "assistant" and m.get("content") for m in trajectory.messages[prompt_length:])
+    return nemo.Reply(calls, has_text)
 
 
 class ToolCallEnv(Environment):
@@ -96,7 +123,18 @@ class ToolCallEnv(Environment):
     domain = "tool use"
     mechanism = "multi-turn tools"
 
+    def __init__(self, *, nemo_compat: bool = False) -> None:
+        """``nemo_compat``: grade NeMo Gym rows as their NeMo Gym server does (``nemo.py``) for every task
+        that does not set ``metadata.nemo_compat`` itself. Off by default: Palaestra's comparison."""
+        self.nemo_compat = nemo_compat
+
     def check_task(self, task: Task) -> None:
+        flag = task.metadata.get("nemo_compat")
+        if flag is not None and not isinstance(flag, bool):
+            raise InvalidTask(f"tool_call task '{task.id}': metadata.nemo_compat must be true or false, got {flag!r}")
+        # Under nemo_compat a NeMo Gym row loads even where its expected call does not fit its own tool schema
+        # (xlam_fc's data has `time_period: 14` for a string parameter): NeMo Gym grades such rows as they are.
+        nemo_row = (flag if isinstance(flag, bool) else self.nemo_compat) and nemo.server_of(task.metadata) is not None
         try:
             tools = _functions(task)
         except ValueError as exc:
@@ -113,7 +151,7 @@ class ToolCallEnv(Environment):
             if not isinstance(args, dict):
                 raise InvalidTask(f"tool_call task '{task.id}': expected_calls[{i}].arguments must be an object")
             errors = _schema_errors(tools[call["name"]], _first_options(args))
-            if errors:
+            if errors and not nemo_row:
                 raise InvalidTask(f"tool_call task '{task.id}': expected_calls[{i}] does not fit the schema of "
                                   f"'{call['name']}': {'; '.join(errors)}", hint="fix the call or the tool schema")
 
@@ -155,6 +193,10 @@ class ToolCallEnv(Environment):
         expected = [Call(c["name"], dict(c.get("arguments") or {})) for c in meta["expected_calls"]]
         prompt = self.prompt(state.task)
         prompt_length = len(prompt) if trajectory.messages[:len(prompt)] == prompt else 0
+        flag = meta.get("nemo_compat")
+        server = nemo.server_of(meta) if (flag if isinstance(flag, bool) else self.nemo_compat) else None
+        if server is not None:
+            return self._nemo_verify(state, _nemo_reply(trajectory, prompt_length), server, expected)
         actual = _actual_calls(trajectory, prompt_length)
         normalize = bool(meta.get("normalize_strings", False))
         allow_extra = bool(meta.get("allow_extra_arguments", False))
@@ -189,6 +231,26 @@ class ToolCallEnv(Environment):
                         "no_extra_calls": float(len(actual) <= len(matched))},
             metadata={"expected": len(expected), "made": len(actual), "matched": len(matched), "unmatched": details},
         )
+
+    @staticmethod
+    def _nemo_verify(state: ToolCallState, reply: nemo.Reply, server: str, expected: list[Call]) -> Verdict:
+        """The verdict of NeMo Gym's ``server`` (``nemo_compat``): its reward, and its components."""
+        meta = state.task.metadata
+        wanted = [(c.name, c.arguments or {}) for c in expected]
+        info: dict[str, Any] = {"nemo_compat": True, "read_as": server, "expected": len(expected),
+                                "made": len(reply.calls)}
+        if server == nemo.XLAM:
+            reward, info["matched"] = nemo.xlam(wanted, reply)
+            return Verdict(reward=reward, passed=reward == 1.0, components={"correct": reward}, metadata=info)
+        if server == nemo.SINGLE_STEP:
+            message = nemo.expects_message(meta, len(expected))
+            reward, info["reason"] = nemo.single_step(None if message else wanted, reply, nemo.comparator(meta))
+            return Verdict(reward=reward, passed=reward == 1.0, components={"correct": float(reward == 1.0)},
+                           metadata=info)
+        required = {name: list(fn["parameters"].get("required") or []) for name, fn in state.tools.items()}
+        parts = nemo.multireward(wanted[0] if wanted else None, reply, required)
+        total = sum(parts.values())
+        return Verdict(reward=total, passed=total == len(parts), components=parts, metadata=info)
 
     def reference(self, task: Task) -> Reference:
         calls = [ToolCall(name=c["name"], arguments=_first_options(dict(c.get("arguments") or {})))

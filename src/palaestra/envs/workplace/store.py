@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from palaestra.core.errors import ToolError
 
@@ -151,17 +154,39 @@ def update(conn: sqlite3.Connection, table: str, row_id: int, changes: dict[str,
     conn.commit()
 
 
+def _list_value(text: str | None) -> Any:
+    """A list column's JSON (written by ``json.dumps``). orjson reads it in a fraction of ``json``'s time
+    (verification and every listing tool decode tens of rows per rollout); the few texts it refuses and
+    ``json`` takes (NaN, Infinity) are read by ``json``, so a value reads back as it always did."""
+    if not text:
+        return []
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def as_dict(table: str, row: sqlite3.Row) -> dict[str, Any]:
     """A row as JSON-able data, list columns decoded."""
     out = dict(row)
     for col in LIST_COLUMNS.get(table, ()):
-        out[col] = json.loads(out[col] or "[]")
+        out[col] = _list_value(out[col])
     return out
 
 
-def rows(office: Office, table: str, where: str = "1", params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+def rows(office: Office, table: str, where: str = "1", params: tuple[Any, ...] = (), *,
+         decode: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """The rows of ``table`` matching the SQL ``where``, in id order. ``decode``: the list columns to
+    decode (None: all); a reader that looks at some fields only (a check's matchers) skips the rest."""
     cur = office.conn.execute(f"SELECT * FROM {table} WHERE {where} ORDER BY id", params)
-    return [as_dict(table, r) for r in cur.fetchall()]
+    if decode is None:
+        return [as_dict(table, r) for r in cur.fetchall()]
+    lists = [c for c in LIST_COLUMNS.get(table, ()) if c in decode]
+    out = [dict(r) for r in cur.fetchall()]
+    for row in out if lists else ():
+        for col in lists:
+            row[col] = _list_value(row[col])
+    return out
 
 
 def get(office: Office, table: str, row_id: int, what: str, hint: str) -> dict[str, Any]:
