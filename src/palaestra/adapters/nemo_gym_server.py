@@ -328,15 +328,11 @@ class NemoGymServerEnvironment(Environment):
                          f"--concurrency {self._cohort} (or more)") from exc
             raise
         state.verified = True
-        reward = answer.get("reward") if isinstance(answer, dict) else None
-        if not isinstance(reward, (int, float)) or isinstance(reward, bool):
-            raise EnvironmentFailure(f"NeMo Gym server '{self.server}' answered /verify without a reward")
-        extra = {k: v for k, v in answer.items() if k not in body and k != "reward"}
-        metadata = {"nemo_gym_server": self.server, "nemo_gym_model": self.judge, **extra}
-        if ep is not None:  # how the server's episode went: its steps as the server answered them
-            metadata["nemo_gym_episode"] = {"env_id": ep.env_id, "steps": ep.steps, "done": ep.done}
-        return Verdict(reward=float(reward), passed=float(reward) >= 1.0, metadata=metadata,
-                       answer=trajectory.final_text() or None)
+        # how the server's episode went: its steps as the server answered them
+        episode = {} if ep is None else {"nemo_gym_episode": {"env_id": ep.env_id, "steps": ep.steps, "done": ep.done}}
+        return verify_verdict(answer, trajectory, sent=body, first={"nemo_gym_server": self.server,
+                              "nemo_gym_model": self.judge}, last=episode,
+                              missing=f"NeMo Gym server '{self.server}' answered /verify without a reward")
 
     async def close(self, state: NemoSession) -> None:
         if not state.verified:  # its rollout index is free again, for the retry of this rollout
@@ -349,15 +345,23 @@ class NemoGymServerEnvironment(Environment):
 
 def agent_verdict(server: str, trajectory: Trajectory) -> Verdict:
     """The verdict of a row NeMo Gym's agent ran: the reward of the verify response its /run answered."""
-    found = getattr(trajectory, AGENT_RUN_KEY, None)
-    run: dict[str, Any] = found if isinstance(found, dict) else {}
-    reward = run.get("reward")
+    return verify_verdict(getattr(trajectory, AGENT_RUN_KEY, None), trajectory, sent=("response",),
+                          first={"nemo_gym_server": server, "nemo_gym_agent": getattr(trajectory, "harness", None)},
+                          missing=f"NeMo Gym server '{server}': the row was run by NeMo Gym's agent, whose /run "
+                                  "answer (the verify response) the trajectory lacks")
+
+
+def verify_verdict(answer: Any, trajectory: Trajectory, *, sent: Any, first: dict[str, Any],
+                   last: dict[str, Any] | None = None, missing: str) -> Verdict:
+    """The verdict of a NeMo Gym verify response (from /verify, or relayed by its agent's /run): its reward,
+    and in the metadata ``first``, what it answered beyond what was ``sent`` (keys) and its reward, ``last``.
+    A response without a numeric reward is an infrastructure failure (``missing``), never a 0."""
+    reward = answer.get("reward") if isinstance(answer, dict) else None
     if not isinstance(reward, (int, float)) or isinstance(reward, bool):
-        raise EnvironmentFailure(f"NeMo Gym server '{server}': the row was run by NeMo Gym's agent, whose "
-                                 "/run answer (the verify response) the trajectory lacks")
-    extra = {k: v for k, v in run.items() if k not in ("reward", "response")}
-    metadata = {"nemo_gym_server": server, "nemo_gym_agent": getattr(trajectory, "harness", None), **extra}
-    return Verdict(reward=float(reward), passed=float(reward) >= 1.0, metadata=metadata,
+        raise EnvironmentFailure(missing)
+    assert isinstance(answer, dict)
+    extra = {k: v for k, v in answer.items() if k not in sent and k != "reward"}
+    return Verdict(reward=float(reward), passed=float(reward) >= 1.0, metadata={**first, **extra, **(last or {})},
                    answer=trajectory.final_text() or None)
 
 
