@@ -82,3 +82,26 @@ async def test_gvisor_memory_bomb_is_reported_as_oom(gvisor_target: Target) -> N
         with pytest.raises(SandboxError, match="out of memory") as err:
             await box.exec(["/bin/true"])
         assert err.value.reason == "oom" and err.value.kind == "sandbox"
+
+
+async def test_gvisor_memory_bomb_is_oom_when_the_exec_client_returns_first(
+        request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race CI met under podman: the exec client came back by itself (exit 128, "WaitPID failed: EOF")
+    before the container's cgroup went, and the cgroup's counters no longer showed the OOM kill, so the bomb
+    read as a program's exit 128. With the cgroup watcher and the counters both blinded, the engine's own
+    state must still make it ``oom`` (podman's client returns when gVisor dies; docker's waits for its
+    timeout, which the watcher covers)."""
+    from palaestra.sandbox.cgroups import BoxCgroups
+    from palaestra.sandbox.docker_box import DockerSandbox
+
+    async def watcher_misses(self: DockerSandbox, run: object) -> bool:
+        return False
+
+    monkeypatch.setattr(DockerSandbox, "_container_ended", watcher_misses)
+    monkeypatch.setattr(BoxCgroups, "counters", lambda self: {"oom": 0, "pids": 0})
+    target = make_target("podman?runtime=runsc", request)
+    async with await target.provider.create(target.spec(memory_mb=64)) as box:
+        result = await box.exec([target.python, "-c", BOMB], timeout=120)
+        assert result.failure == "oom", result.summary(400)
+        with pytest.raises(SandboxError, match="out of memory"):
+            await box.exec(["/bin/true"])

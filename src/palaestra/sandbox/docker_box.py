@@ -160,6 +160,8 @@ class DockerSandbox(Sandbox):
                 failure, detail = "oom", f"memory limit {self.spec.memory_mb} MB"
             elif cap.returncode != 0 and after["pids"] > before["pids"]:
                 failure, detail = "limit", f"process limit {self.spec.pids}"
+            elif await self._ended_under(cap):
+                return await self._ended_result()
             if failure == "oom" and not self.provider.host_processes and await self._state() != "running":
                 self._ended = f"out of memory (memory limit {self.spec.memory_mb} MB): gVisor stopped the sandbox"
             return ExecResult(exit_code=cap.returncode, stdout=decode(cap.stdout), stderr=decode(cap.stderr),
@@ -190,6 +192,24 @@ class DockerSandbox(Sandbox):
         with contextlib.suppress(asyncio.CancelledError, SandboxError):
             await run
         return True
+
+    async def _ended_under(self, cap: Captured, settle_s: float = 15.0) -> bool:
+        """Whether the container ended under an exec whose client did return. Under gVisor a memory bomb ends
+        the whole sandbox, and the exec client can come back (podman: exit 128, "WaitPID failed: EOF") just
+        before the container's cgroup goes, so ``_container_ended`` misses it and the bomb would read as a
+        program's own exit code. A failed exec under gVisor therefore asks the engine for the container's
+        state; when the runtime says it lost the sandbox, the state is polled until it settles (the engine
+        notices the dead sandbox a moment after the client does)."""
+        if self.provider.host_processes or cap.returncode == 0:
+            return False
+        lost = any(sign in cap.stderr for sign in (b"WaitPID", b"urpc method", b"connection reset"))
+        deadline = time.monotonic() + (settle_s if lost else 0.0)
+        while True:
+            if await self._state() != "running":
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.25)
 
     async def _ended_result(self) -> ExecResult:
         """The exec's result when the container ended under it: ``oom`` when the engine says the memory
