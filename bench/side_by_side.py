@@ -1,20 +1,34 @@
-"""Palaestra and NeMo Gym side by side: the same instant model, the same rows, the same JSON keys.
+"""Palaestra and its peers side by side: the same instant model, the same rows, the same JSON keys.
 
-Both tools collect rollouts of the same NeMo Gym mcqa rows (built from Palaestra's bundled mcqa tasks,
+Every tool collects rollouts of the same NeMo Gym mcqa rows (built from Palaestra's bundled mcqa tasks,
 in NeMo Gym's own row format, which Palaestra reads as it is) from the same model server
 (``bench/side_by_side_model.py``: Palaestra's scripted oracle, which answers each row correctly and
-instantly), over loopback. What is measured is what each tool itself costs per rollout when the model
-costs nothing. One JSON line per tool on stdout, progress on stderr:
+instantly), over loopback, with the same knobs (rows, concurrency, model latency). What is measured is what
+each tool itself costs per rollout when the model costs nothing. One JSON line per tool (and round) on
+stdout, progress and a summary table on stderr:
 
-    python bench/side_by_side.py                  # 2000 rows, concurrency 64, both tools (NeMo Gym if installed)
+    python bench/side_by_side.py                  # 2000 rows, concurrency 64, every tool that is installed
     python bench/side_by_side.py --tiny           # 20 rows, concurrency 4: a smoke run
     python bench/side_by_side.py --tools palaestra --tasks 500 --latency-ms 200
+    python bench/side_by_side.py --tasks 500 --rounds 2 --tools palaestra,inspect-ai,verifiers
 
-NeMo Gym comes from ``bash .ci/setup-nemo-gym.sh`` (a venv of its own, located by
-``tests/fixtures/nemo_gym.py``); without it only the Palaestra line is printed, and a note says why.
-Its first start builds one venv per server with uv from PyPI (minutes; later starts reuse them).
+Tools (``--tools``, run in that order; ``--rounds N`` repeats them, interleaved, the order reversed every
+other round, and the table gives medians over rounds):
+  palaestra    ``palaestra eval run --env mcqa --input ROWS --model URL``
+  nemo-gym     ``gym env start`` (Ray and its servers), then ``gym eval run --no-serve``; from
+               ``bash .ci/setup-nemo-gym.sh`` (a venv of its own, located by ``tests/fixtures/nemo_gym.py``).
+               Its first start builds one venv per server with uv from PyPI (minutes; later starts reuse them).
+  inspect-ai   ``inspect eval TASKFILE --model openai-api/bench/fake-model --max-connections C --max-samples C
+               --display none``: a task file written into the work dir (each row's prompt as it is,
+               ``generate()``, a scorer of the ``\\boxed{}`` letter); rewards read back from its ``.eval`` log
+  verifiers    ``vf-eval MODULE -n ROWS -r 1 -c C -s``: an environment module written into the work dir (a
+               classic ``vf.SingleTurnEnv`` with a one-function ``vf.Rubric`` on the ``\\boxed{}`` letter);
+               rewards read back from its results.jsonl
+Inspect AI and verifiers 0.3 come from ``bash .ci/setup-peers.sh`` (venvs of their own, located by
+``tests/fixtures/peers.py``). A tool that is not installed is skipped with a note naming the script that
+installs it; ``--require-nemo-gym`` / ``--require-peers`` turn that into a failure.
 
-Keys (the same for both tools):
+Keys (the same for every tool):
   rollouts, mean_reward          what came back (every row is answerable: mean_reward 1.0 is expected)
   eval_wall_s, rollouts_per_s    the collecting command from launch to exit, and rollouts / that wall
   collect_s, rollouts_per_s_collect   first model request -> last model response, seen by the model server
@@ -24,14 +38,18 @@ Keys (the same for both tools):
   client_cpu_s                   CPU of the collecting command and everything it started (wait4 rusage, or
                                  the sum over its session from /proc, whichever is larger)
   servers_cpu_s                  CPU of the tool's long-lived servers (NeMo Gym's Ray + servers session)
-                                 while the eval ran; 0 for Palaestra; their start-up CPU is servers_startup_cpu_s
+                                 while the eval ran; 0 for the others (one command each: what it starts, such
+                                 as vf-eval's env-server worker, is client CPU); their start-up CPU is
+                                 servers_startup_cpu_s
   cpu_ms_per_rollout             (client_cpu_s + servers_cpu_s) / rollouts: the steadiest figure on a busy VM
-  peak_rss_mb_client, peak_rss_mb_servers   largest client process; servers summed over their session
+  peak_rss_mb_client, peak_rss_mb_servers   the client's largest process (rusage) or the sum over its session,
+                                 whichever is larger; servers summed over their session
   servers_max_procs              most processes seen at once in the servers' session (0: none)
-  procs_left_at_end              processes of the tool still alive after it exited / after its servers'
-                                 own shutdown (each then stopped by pid)
+  procs_left_at_end              processes of the tool still alive after it exited (given up to 3 s to end on
+                                 their own) / after its servers' own shutdown (each then stopped by pid)
   fake_cpu_s                     the model server's own CPU, reported and excluded from everything else
   error                          null, or why the run failed
+  round                          which round of --rounds the line belongs to (1 without it)
 """
 
 from __future__ import annotations
@@ -44,6 +62,7 @@ import runpy
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,7 +70,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -137,6 +156,15 @@ def _stat(pid: int) -> tuple[int, float, int] | None:
     return int(fields[3]), (int(fields[11]) + int(fields[12])) / CLK_TCK, int(fields[21])
 
 
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (one that has exited and only waits to be reaped is not left running)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return raw[raw.rindex(b")") + 2:raw.rindex(b")") + 3] not in (b"Z", b"X")
+
+
 class SessionSampler:
     """CPU and memory of every process in one session, sampled from /proc in a thread.
 
@@ -198,11 +226,14 @@ class SessionSampler:
         self._thread.join()
 
 
-def stop_session(leader: subprocess.Popen[bytes], sid: int, first: int = signal.SIGTERM, grace_s: float = 30.0) -> int:
+def stop_session(leader: subprocess.Popen[bytes], sid: int, first: int = signal.SIGTERM, grace_s: float = 30.0,
+                 settle_s: float = 0.0) -> int:
     """Stop a session this script started: ``first`` to its leader, then TERM and KILL to any member left.
 
     Only processes whose session id is ``sid`` (a session created for the command) are signalled, by pid.
-    Returns how many members were still alive after the leader's own shutdown."""
+    Members get up to ``settle_s`` to exit on their own after the leader is gone (a helper such as
+    multiprocessing's resource tracker ends a moment after its parent). Returns how many members were still
+    alive after that."""
     if leader.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(leader.pid, first)
@@ -213,7 +244,14 @@ def stop_session(leader: subprocess.Popen[bytes], sid: int, first: int = signal.
                 os.kill(leader.pid, signal.SIGKILL)
             leader.wait()
     probe = SessionSampler(sid)
-    left = probe.members()
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline and any(_running(pid) for pid in probe.members()):
+        time.sleep(0.05)
+    left = [pid for pid in probe.members() if _running(pid)]
+    for pid in left:
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            log(f"left running by session {sid}, stopped: pid {pid}: {cmdline[:200]}")
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in probe.members():
             with contextlib.suppress(ProcessLookupError):
@@ -246,7 +284,7 @@ def run_measured(cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path)
             t1 = time.time()
             tree = SessionSampler.cpu_between({}, sampler.snapshot())
         proc.returncode = os.waitstatus_to_exitcode(status)
-        left = stop_session(proc, proc.pid)  # anything it left behind
+        left = stop_session(proc, proc.pid, settle_s=3.0)  # anything it left behind
     cpu = max(usage.ru_utime + usage.ru_stime, tree)
     return Measured(proc.returncode, t0, t1, cpu, max(usage.ru_maxrss / 1024, sampler.peak_rss_mb), left)
 
@@ -300,6 +338,35 @@ def summary(framework: str, version: str | None, rows: int, args: argparse.Names
     return out
 
 
+Command = Callable[[str], tuple[list[str], dict[str, str]]]  # model base URL -> (argv, environment)
+
+
+def measure_client(args: argparse.Namespace, work: Path, what: str,
+                   command: Command) -> tuple[Measured, dict[str, Any], float]:
+    """A tool whose whole run is one command (no servers of its own): start the model server, run
+    ``command(base_url)`` measured (in ``work``, output to ``work/eval.log``); (measured, model stats,
+    the model server's CPU while it ran)."""
+    work.mkdir(parents=True, exist_ok=True)
+    with model_server(work, args.latency_ms) as (base, fake):
+        cmd, env = command(base)
+        fake0 = fake.snapshot()
+        http("POST", base + "/stats/reset")
+        m = run_measured(cmd, work, env, work / "eval.log")
+        stats = model_stats(base)
+        fake_cpu = SessionSampler.cpu_between(fake0, fake.snapshot())
+    if m.rc != 0:
+        log(f"{what} failed: " + (work / "eval.log").read_text(errors="replace")[-2000:])
+    return m, stats, fake_cpu
+
+
+def venv_output(python: Path, code: str, *argv: str, env: dict[str, str] | None = None) -> str:
+    """What ``code`` prints when a peer's own interpreter runs it (outside any measurement)."""
+    done = subprocess.run([str(python), "-c", code, *argv], capture_output=True, text=True, env=env, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{python} -c ...: exit status {done.returncode}: {done.stderr[-1500:]}")
+    return done.stdout
+
+
 # ---- Palaestra -----------------------------------------------------------------------------------
 def run_palaestra(args: argparse.Namespace, rows_path: Path, rows: int, work: Path) -> dict[str, Any]:
     from palaestra import __version__
@@ -307,16 +374,10 @@ def run_palaestra(args: argparse.Namespace, rows_path: Path, rows: int, work: Pa
     cli = shutil.which("palaestra", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     if cli is None:
         raise RuntimeError("no `palaestra` command beside this Python or on PATH (pip install -e .)")
-    work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OPENAI_API_KEY": "bench-dummy-key"}  # the model server ignores it
-    with model_server(work, args.latency_ms) as (base, fake):
-        fake0 = fake.snapshot()
-        http("POST", base + "/stats/reset")
-        m = run_measured([cli, "eval", "run", "--env", "mcqa", "--input", str(rows_path), "--model", base + "/v1",
-                          "--model-name", "fake-model", "--concurrency", str(args.concurrency),
-                          "--out", str(work / "run")], work, env, work / "eval.log")
-        stats = model_stats(base)
-        fake_cpu = SessionSampler.cpu_between(fake0, fake.snapshot())
+    m, stats, fake_cpu = measure_client(args, work, "palaestra eval run", lambda base: (
+        [cli, "eval", "run", "--env", "mcqa", "--input", str(rows_path), "--model", base + "/v1",
+         "--model-name", "fake-model", "--concurrency", str(args.concurrency), "--out", str(work / "run")], env))
     rewards = []
     journal = work / "run" / "rollouts.jsonl"
     if journal.is_file():
@@ -326,8 +387,6 @@ def run_palaestra(args: argparse.Namespace, rows_path: Path, rows: int, work: Pa
                 verdict = record.get("verdict") or {}
                 if record.get("outcome", {}).get("status") == "scored" and verdict.get("reward") is not None:
                     rewards.append(float(verdict["reward"]))
-    if m.rc != 0:
-        log("palaestra eval run failed: " + (work / "eval.log").read_text(errors="replace")[-2000:])
     return summary("palaestra", __version__, rows, args, rewards, m, stats, fake_cpu)
 
 
@@ -415,31 +474,253 @@ def run_nemo_gym(args: argparse.Namespace, rows_path: Path, rows: int, work: Pat
                    peak_rss_mb_servers=peak_servers, servers_max_procs=max_procs, servers_left=left)
 
 
+# ---- peers: Inspect AI and verifiers -------------------------------------------------------------
+def peers_location() -> dict[str, Any]:
+    """tests/fixtures/peers.py: where .ci/setup-peers.sh put the peers (the tests look there too)."""
+    return runpy.run_path(str(ROOT / "tests" / "fixtures" / "peers.py"))
+
+
+def peer_env(venv: Path, work: Path, **extra: str) -> dict[str, str]:
+    """The environment a peer runs in, as a user's shell with its venv activated would give it: its venv
+    first on PATH, its caches and XDG folders in the work dir (nothing written to $HOME), offline for the
+    Hugging Face hub, and no OpenAI/Inspect settings inherited from the caller (only the fake is reached)."""
+    drop = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "PYTHONPATH", "PYTHONHOME", "INSPECT_LOG_DIR", "INSPECT_EVAL_MODEL",
+            "INSPECT_EVAL_MODEL_BASE_URL", "INSPECT_DISPLAY")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    xdg = work / "xdg"
+    env.update({"PATH": str(venv / "bin") + os.pathsep + os.environ.get("PATH", ""), "VIRTUAL_ENV": str(venv),
+                "XDG_DATA_HOME": str(xdg / "data"), "XDG_CACHE_HOME": str(xdg / "cache"),
+                "XDG_CONFIG_HOME": str(xdg / "config"), "XDG_STATE_HOME": str(xdg / "state"),
+                "HF_HOME": str(xdg / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                "HF_HUB_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1", **extra})
+    return env
+
+
+# The task a user would write for these rows: each row's prompt sent as it is (it lists the options and asks
+# for \boxed{}), generate(), and a scorer giving 1.0 when the last \boxed{} letter is the row's expected one.
+INSPECT_TASK = r'''"""The side-by-side bench's mcqa rows as an Inspect AI task (written by bench/side_by_side.py)."""
+
+import re
+
+from inspect_ai import Task, task
+from inspect_ai.dataset import Sample, json_dataset
+from inspect_ai.scorer import Score, Target, mean, scorer
+from inspect_ai.solver import TaskState, generate
+
+BOXED = re.compile(r"\\boxed\{\s*([A-Za-z])\s*\}")
+
+
+def row_to_sample(row):
+    (message,) = row["responses_create_params"]["input"]  # one user message, sent as it is
+    return Sample(id=row["uuid"], input=message["content"], target=row["expected_answer"])
+
+
+@scorer(metrics=[mean()])
+def boxed_letter():
+    async def score(state: TaskState, target: Target) -> Score:
+        letters = BOXED.findall(state.output.completion)
+        answer = letters[-1] if letters else None
+        return Score(value=1.0 if answer == target.text else 0.0, answer=answer)
+
+    return score
+
+
+@task
+def mcqa_rows(rows: str):
+    return Task(dataset=json_dataset(rows, row_to_sample), solver=generate(), scorer=boxed_letter())
+'''
+
+# Run by Inspect's own interpreter after the measured command: the rewards its log holds.
+INSPECT_READ_LOG = """
+import json, sys
+from inspect_ai.log import read_eval_log
+log = read_eval_log(sys.argv[1])
+rewards = [float(s.scores["boxed_letter"].value) for s in log.samples or [] if s.scores and not s.error]
+print(json.dumps({"status": log.status, "rewards": rewards}))
+"""
+
+
+def run_inspect(args: argparse.Namespace, rows_path: Path, rows: int, work: Path,
+                peers: dict[str, Any]) -> dict[str, Any]:
+    """``inspect eval`` of a task file in the work dir (its cwd: Inspect wants a relative path), its
+    ``openai-api`` provider pointed at the fake (Chat Completions), ``--max-connections`` and ``--max-samples``
+    = the concurrency, the default ``.eval`` log (samples included) as a user gets it; rewards read back from
+    that log afterwards."""
+    venv = peers["venv_dir"]("inspect-ai")
+    work.mkdir(parents=True, exist_ok=True)
+    task_file = work / "mcqa_rows.py"
+    task_file.write_text(INSPECT_TASK, encoding="utf-8")
+    logs = work / "logs"
+
+    def command(base: str) -> tuple[list[str], dict[str, str]]:
+        # openai-api/<name>/<model> reads <NAME>_BASE_URL and <NAME>_API_KEY
+        env = peer_env(venv, work, BENCH_BASE_URL=base + "/v1", BENCH_API_KEY="bench-dummy-key")
+        return [str(peers["command_path"]("inspect-ai")), "eval", task_file.name, "-T", f"rows={rows_path}",
+                "--model", "openai-api/bench/fake-model", "--max-connections", str(args.concurrency),
+                "--max-samples", str(args.concurrency), "--display", "none", "--log-dir", str(logs)], env
+
+    m, stats, fake_cpu = measure_client(args, work, "inspect eval", command)
+    rewards: list[float] = []
+    found = sorted(logs.glob("*.eval")) if logs.is_dir() else []
+    if found:
+        read = json.loads(venv_output(peers["python_path"]("inspect-ai"), INSPECT_READ_LOG, str(found[-1]),
+                                      env=peer_env(venv, work)))
+        rewards = read["rewards"]
+        if read["status"] != "success":
+            log(f"inspect eval: its log says status {read['status']!r}")
+    return summary("inspect-ai", peers["version"]("inspect-ai"), rows, args, rewards, m, stats, fake_cpu)
+
+
+# The environment module a verifiers user would write: a SingleTurnEnv over the rows (each row's prompt as
+# its chat prompt, the expected letter as the answer) and a Rubric of one function, 1.0 when the letter in
+# the reply's \boxed{} is the answer.
+VERIFIERS_ENV = '''"""The side-by-side bench's mcqa rows as a verifiers environment (from bench/side_by_side.py)."""
+
+import json
+
+import verifiers as vf
+from datasets import Dataset
+
+
+def load_environment(rows: str, **kwargs):
+    records = []
+    with open(rows, encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            prompt = [{"role": m["role"], "content": m["content"]} for m in row["responses_create_params"]["input"]]
+            records.append({"prompt": prompt, "answer": row["expected_answer"]})
+    parser = vf.Parser(extract_fn=vf.extract_boxed_answer)
+
+    def boxed_letter(completion, answer, **_) -> float:
+        letter = parser.parse_answer(completion)
+        return 1.0 if letter is not None and letter.strip() == answer else 0.0
+
+    rubric = vf.Rubric(funcs=[boxed_letter], weights=[1.0], parser=parser)
+    return vf.SingleTurnEnv(eval_dataset=Dataset.from_list(records), parser=parser, rubric=rubric, **kwargs)
+'''
+VERIFIERS_MODULE = "palaestra_bench_mcqa"
+
+
+def run_verifiers(args: argparse.Namespace, rows_path: Path, rows: int, work: Path,
+                  peers: dict[str, Any]) -> dict[str, Any]:
+    """``vf-eval`` (verifiers' own command for its classic API) of an environment module in the work dir, on
+    PYTHONPATH, Chat Completions to the fake, ``-c`` = the concurrency, results saved (``-s``) and read back."""
+    venv = peers["venv_dir"]("verifiers")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "envmod").mkdir(exist_ok=True)
+    (work / "envmod" / f"{VERIFIERS_MODULE}.py").write_text(VERIFIERS_ENV, encoding="utf-8")
+    out = work / "vf_out"
+
+    def command(base: str) -> tuple[list[str], dict[str, str]]:
+        env = peer_env(venv, work, PYTHONPATH=str(work / "envmod"), BENCH_API_KEY="bench-dummy-key")
+        return [str(peers["command_path"]("verifiers")), VERIFIERS_MODULE, "-a", json.dumps({"rows": str(rows_path)}),
+                "-m", "fake-model", "-b", base + "/v1", "-k", "BENCH_API_KEY",
+                "--api-client-type", "openai_chat_completions", "-n", str(rows), "-r", "1",
+                "-c", str(args.concurrency), "-s", "-o", str(out)], env
+
+    m, stats, fake_cpu = measure_client(args, work, "vf-eval", command)
+    rewards = []
+    for results in sorted(out.rglob("results.jsonl")) if out.is_dir() else []:
+        for line in results.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if record.get("reward") is not None and not record.get("error"):
+                    rewards.append(float(record["reward"]))
+    return summary("verifiers", peers["version"]("verifiers"), rows, args, rewards, m, stats, fake_cpu)
+
+
 # ---- main ----------------------------------------------------------------------------------------
+TOOLS = ("palaestra", "nemo-gym", "inspect-ai", "verifiers")
+PEER_TOOLS = ("inspect-ai", "verifiers")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", type=int, default=None, help="rows (default 2000; 20 with --tiny)")
     p.add_argument("--concurrency", type=int, default=None, help="rollouts in flight (default 64; 4 with --tiny)")
     p.add_argument("--latency-ms", type=float, default=0.0, help="model latency per call")
     p.add_argument("--tiny", action="store_true", help="a smoke run: 20 rows, concurrency 4")
-    p.add_argument("--tools", default="palaestra,nemo-gym",
-                   help="comma-separated: palaestra, nemo-gym (skipped with a note where it is not installed)")
+    p.add_argument("--tools", default=",".join(TOOLS),
+                   help=f"comma-separated, run in this order: {', '.join(TOOLS)} (a tool that is not installed is "
+                        "skipped with a note)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every tool this many times, interleaved, the order reversed every other round; the "
+                        "table gives medians over rounds")
+    p.add_argument("--table", type=Path, default=None,
+                   help="also write the summary table (markdown; always printed on stderr) to this file")
     p.add_argument("--require-nemo-gym", action="store_true", help="fail instead of skipping NeMo Gym when absent")
+    p.add_argument("--require-peers", action="store_true",
+                   help="fail instead of skipping Inspect AI or verifiers when absent (.ci/setup-peers.sh)")
     p.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for `gym env start`")
     p.add_argument("--workdir", type=Path, default=None, help="where rows, logs and runs go (default: a temp dir)")
     args = p.parse_args(argv)
     args.tasks = args.tasks or (20 if args.tiny else 2000)
     args.concurrency = args.concurrency or (4 if args.tiny else 64)
-    args.tools = [t.strip() for t in args.tools.split(",") if t.strip()]
-    unknown = set(args.tools) - {"palaestra", "nemo-gym"}
+    args.tools = list(dict.fromkeys(t.strip() for t in args.tools.split(",") if t.strip()))
+    unknown = set(args.tools) - set(TOOLS)
     if unknown:
-        p.error(f"unknown tool(s) {sorted(unknown)}: choose palaestra, nemo-gym")
+        p.error(f"unknown tool(s) {sorted(unknown)}: choose from {', '.join(TOOLS)}")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     return args
 
 
 def emit(line: dict[str, Any], stream: IO[str] = sys.stdout) -> None:
     stream.write(json.dumps(line) + "\n")
     stream.flush()
+
+
+def missing_tool(tool: str) -> str | None:
+    """Why ``tool`` cannot run here (the setup script that installs it is named), or None."""
+    if tool == "nemo-gym":
+        reason: str | None = nemo_gym_location()["missing"]()
+        return reason
+    if tool in PEER_TOOLS:
+        reason = peers_location()["missing"](tool)
+        return reason
+    return None
+
+
+def run_tool(tool: str, args: argparse.Namespace, rows_path: Path, work: Path) -> dict[str, Any]:
+    if tool == "palaestra":
+        return run_palaestra(args, rows_path, args.tasks, work)
+    if tool == "nemo-gym":
+        return run_nemo_gym(args, rows_path, args.tasks, work, nemo_gym_location()["venv_dir"]())
+    if tool == "inspect-ai":
+        return run_inspect(args, rows_path, args.tasks, work, peers_location())
+    return run_verifiers(args, rows_path, args.tasks, work, peers_location())
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def table(results: list[dict[str, Any]], tools: list[str]) -> str:
+    """One markdown row per tool: medians over its successful rounds (and how many rounds succeeded)."""
+    def fmt(value: float | None, spec: str) -> str:
+        return "–" if value is None else format(value, spec)
+
+    lines = ["| tool | CPU ms per rollout | rollouts/s | rollouts/s collecting | peak RSS MB | start s "
+             "| mean reward | rounds ok |",
+             "|---|---|---|---|---|---|---|---|"]
+    for tool in tools:
+        runs = [r for r in results if r.get("framework") == tool]
+        if not runs:
+            continue
+        ok = [r for r in runs if r.get("ok")]
+
+        def med(key: str, rows: list[dict[str, Any]] = ok) -> float | None:
+            return _median([float(r[key]) for r in rows if r.get(key) is not None])
+
+        rss = _median([float(r.get("peak_rss_mb_client") or 0) + float(r.get("peak_rss_mb_servers") or 0) for r in ok])
+        rewards = sorted({r["mean_reward"] for r in runs if r.get("mean_reward") is not None})
+        reward = " / ".join(format(v, "g") for v in rewards) or "–"
+        version = next((r["version"] for r in runs if r.get("version")), None)
+        name = f"{tool} {version}" if version else tool
+        lines.append(f"| {name} | {fmt(med('cpu_ms_per_rollout'), '.2f')} | {fmt(med('rollouts_per_s'), '.0f')} "
+                     f"| {fmt(med('rollouts_per_s_collect'), '.0f')} | {fmt(rss, '.0f')} "
+                     f"| {fmt(med('startup_s'), '.2f')} | {reward} | {len(ok)}/{len(runs)} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -450,27 +731,41 @@ def main(argv: list[str] | None = None) -> int:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="palaestra-side-by-side-"))
     work.mkdir(parents=True, exist_ok=True)
     rows_path = make_rows(args.tasks, work / "rows.jsonl")
-    log(f"{args.tasks} mcqa rows, concurrency {args.concurrency}, latency {args.latency_ms:g} ms; work dir {work}")
+    log(f"{args.tasks} mcqa rows, concurrency {args.concurrency}, latency {args.latency_ms:g} ms, "
+        f"{args.rounds} round(s); work dir {work}")
     failed = False
+    tools = []
     for tool in args.tools:
-        try:
-            if tool == "palaestra":
-                result = run_palaestra(args, rows_path, args.tasks, work / "palaestra")
-            else:
-                location = nemo_gym_location()
-                reason = location["missing"]()
-                if reason is not None:
-                    log(f"NeMo Gym skipped: {reason}")
-                    if args.require_nemo_gym:
-                        emit({"framework": "nemo-gym", "ok": False, "error": reason})
-                        failed = True
-                    continue
-                result = run_nemo_gym(args, rows_path, args.tasks, work / "nemo-gym", location["venv_dir"]())
-        except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
-            result = {"framework": tool, "ok": False, "error": str(exc)}
-        result["workdir"] = str(work)
-        emit(result)
-        failed = failed or not result.get("ok")
+        reason = missing_tool(tool)
+        if reason is None:
+            tools.append(tool)
+            continue
+        log(f"{tool} skipped: {reason}")
+        if (tool == "nemo-gym" and args.require_nemo_gym) or (tool in PEER_TOOLS and args.require_peers):
+            emit({"framework": tool, "ok": False, "error": reason, "workdir": str(work)})
+            failed = True
+    results: list[dict[str, Any]] = []
+    for rnd in range(1, args.rounds + 1):
+        order = tools if rnd % 2 else tools[::-1]  # interleaved: whoever went first goes last next round
+        for tool in order:
+            where = work / tool if args.rounds == 1 else work / f"round-{rnd}" / tool
+            if args.rounds > 1:
+                log(f"round {rnd}/{args.rounds}: {tool}")
+            try:
+                result = run_tool(tool, args, rows_path, where)
+            except (RuntimeError, OSError, ValueError, subprocess.CalledProcessError) as exc:
+                result = {"framework": tool, "ok": False, "error": str(exc)}
+            result["round"] = rnd
+            result["workdir"] = str(work)
+            emit(result)
+            results.append(result)
+            failed = failed or not result.get("ok")
+    if results:
+        text = table(results, tools)
+        print(f"\n{args.tasks} rows, concurrency {args.concurrency}, latency {args.latency_ms:g} ms, "
+              f"medians over {args.rounds} round(s):\n{text}\n", file=sys.stderr, flush=True)
+        if args.table is not None:
+            args.table.write_text(text + "\n", encoding="utf-8")
     return 1 if failed else 0
 
 
