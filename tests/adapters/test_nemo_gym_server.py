@@ -213,3 +213,26 @@ def _reverify_replays_the_calls_on_fresh_nemo_gym_sessions(out: Path, tasks: dic
     assert moved, "every example task needs increments: nothing for reverify to tell apart"
     assert {d["task_id"] for d in diff} == moved and all(d["after"]["reward"] == 0.0 for d in diff)
     assert metrics["overall"]["coverage"] == 1.0
+
+
+def test_the_launched_server_accepts_connections_from_the_moment_it_names_its_port() -> None:
+    """CI saw ``/seed_session`` refused (ConnectError) on a busy machine: the launcher printed its port
+    once the socket was bound, and uvicorn only listened later. Frozen right after the print (SIGSTOP, so
+    uvicorn cannot start), the server must still accept a connection: it listens before it says where."""
+    import socket
+
+    from palaestra.adapters.nemo_gym_launch import NemoServerProcess
+
+    server = NemoServerProcess(SERVER, None)
+    try:
+        url = server._start()
+        assert server._proc is not None
+        os.kill(server._proc.pid, signal.SIGSTOP)
+        try:
+            port = int(url.rsplit(":", 1)[1])
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                pass  # the kernel completes the handshake into the listen backlog: no ECONNREFUSED
+        finally:
+            os.kill(server._proc.pid, signal.SIGCONT)
+    finally:
+        server.close()

@@ -110,6 +110,9 @@ config_cls = cls.model_fields["config"].annotation
 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 sock.bind(("127.0.0.1", 0))
+# Listening before the port is printed: a request sent between the print and uvicorn's start-up (slow on a
+# busy machine) waits in the backlog instead of being refused (a bound socket that does not listen refuses).
+sock.listen(2048)
 port = sock.getsockname()[1]
 config = config_cls(**{**options, "host": "127.0.0.1", "port": port, "name": name,
                        "entrypoint": options.get("entrypoint", "app.py")})
