@@ -19,7 +19,7 @@ from palaestra.sandbox.base import Sandbox
 from palaestra.sandbox.capture import Captured, decode, run_captured
 from palaestra.sandbox.cgroups import BoxCgroups
 from palaestra.sandbox.oslevel import killpg
-from palaestra.sandbox.registry import Registry
+from palaestra.sandbox.registry import Registry, engine_cwd
 from palaestra.sandbox.types import ExecResult, SandboxError, SandboxSpec, SandboxStatus, as_bytes, merge_env
 
 
@@ -73,7 +73,7 @@ async def cli(binary: str, *args: str, stdin: bytes | None = None, timeout: floa
         killpg(pid)
 
     return await run_captured([binary, *args], timeout=timeout, cap=cap, kill_at=max(cap, 1 << 26) + 1,
-                              kill_tree=kill, stdin=stdin, env=dict(os.environ))
+                              kill_tree=kill, stdin=stdin, env=dict(os.environ), cwd=engine_cwd())
 
 
 def _container_cgroups(full_id: str) -> BoxCgroups:
@@ -139,7 +139,8 @@ class DockerSandbox(Sandbox):
 
             run = asyncio.ensure_future(run_captured(
                 [*self.provider.engine, *args], timeout=timeout, cap=self.spec.output_cap_bytes,
-                kill_at=self.spec.output_kill_bytes, kill_tree=kill_tree, stdin=stdin, env=dict(os.environ)))
+                kill_at=self.spec.output_kill_bytes, kill_tree=kill_tree, stdin=stdin, env=dict(os.environ),
+                cwd=engine_cwd()))
             self._execs += 1
             if await self._container_ended(run):
                 return await self._ended_result()

@@ -125,7 +125,7 @@ class GvisorProvider(DockerProvider):
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.engine, "run", "--detach", "--bundle", str(bundle), str(record["container"]),
-                stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True)
+                stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True, cwd=bundle)
             try:
                 rc = await asyncio.wait_for(proc.wait(), 120)
             except asyncio.TimeoutError:

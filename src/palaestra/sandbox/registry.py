@@ -44,6 +44,16 @@ def state_root() -> Path:
     return Path(tempfile.gettempdir()) / f"palaestra-{os.geteuid()}"
 
 
+def engine_cwd() -> str:
+    """The working directory of every container-engine command (``docker``, ``podman``, ``runsc``): a
+    directory of Palaestra's own. An engine's helpers write beside themselves (podman's ``conmon`` leaves
+    an empty ``oom`` file in its working directory when a container is OOM-killed), so run from the user's
+    directory they litter it."""
+    path = state_root() / "engine"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return str(path)
+
+
 def process_start(pid: int) -> int | None:
     """The start time of a process in clock ticks since boot (field 22 of /proc/PID/stat)."""
     try:
