@@ -9,14 +9,17 @@
   python bench/overhead.py core --tiny   # any of them at a smoke-test size (tests/bench runs this)
 
 Knobs: N (core tasks, default 2000), ENV (workplace), COLLECT_N (rollouts at 0 ms, default 2000),
-FLOOR_N (floor rollouts, default 4000), ROUNDS (floor rounds, default 3).
+FLOOR_N (floor rollouts, default 4000), FLOOR_CODE_N (sandboxed code rollouts, default 300), SANDBOX (their
+provider, default local), ROUNDS (floor rounds, default 3).
 
 The floor (``floor``): a client doing only what a rollout must, each a child process measured by wait4,
 against the same `palaestra model serve` oracle on 127.0.0.1: one aiohttp POST (the client library of
 Palaestra's OpenAI-compatible backend) with the row's prompt, one orjson decode of the answer and encode
 of a record, and one append to a JSONL file by a group-commit writer that fsyncs each batch in a worker
 thread (the journal's policy). Its CPU per rollout is set against `palaestra eval run --model URL` on
-the same rows, single-turn (mcqa, agent single) and multi-turn tool use (workplace, agent tool). Both are
+the same rows, single-turn (mcqa, agent single) and multi-turn tool use (workplace, agent tool). Sandboxed
+code tasks (code, agent single, `--sandbox SANDBOX`) are set against a floor of their own: the same client
+also runs each answer with its tests as `python -I -S -c` in a plain child process. Both are
 marginal CPU, (CPU of an N-rollout run − CPU of a 1-rollout run) / (N − 1), so interpreter start-up and
 imports count for neither; rounds interleave floor and Palaestra, and the lowest of each is kept (the
 least disturbed by other load on the machine)."""
@@ -34,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from palaestra.agents.tool_agent import ToolAgent
@@ -85,7 +89,7 @@ async def core_case(env_name: str, placement: str, n: int, concurrency: int = 64
 
 
 def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1, model: str | None = None,
-                 env_name: str = "mcqa", agent: str | None = None) -> dict[str, object]:
+                 env_name: str = "mcqa", agent: str | None = None, extra: tuple[str, ...] = ()) -> dict[str, object]:
     """One `palaestra eval run` as a child process: wall time, its CPU and peak RSS from wait4."""
     with tempfile.TemporaryDirectory() as tmp:
         tasks = Path(tmp) / "tasks.jsonl"
@@ -94,7 +98,7 @@ def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1, mo
                 fh.write(t.model_dump_json() + "\n")
         cmd = [sys.executable, "-m", "palaestra.cli.main", "eval", "run", "--input", str(tasks), "-q",
                "--model", model or f"scripted:oracle?latency_ms={latency_ms}", "-c", str(concurrency),
-               "-k", str(repeats), *(["--agent", agent] if agent else []),
+               "-k", str(repeats), *(["--agent", agent] if agent else []), *extra,
                "--out", str(Path(tmp) / "run")]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -180,44 +184,80 @@ def floor_run(url: str, prompts: Path, n: int, concurrency: int, tmp: Path) -> f
     return ru.ru_utime + ru.ru_stime
 
 
-def floor_case(n: int, rounds: int, concurrency: int = 64) -> dict[str, object]:
+@dataclass(frozen=True)
+class FloorCase:
+    """One kind of rollout the floor bench sets against its floor: ``env`` and ``agent`` for `eval run`
+    (plus ``extra`` flags), ``n`` rollouts at ``concurrency``, compared with the floor client on the same
+    prompts (``code``: the floor also runs the program, in a plain child process)."""
+
+    env: str
+    agent: str
+    n: int
+    concurrency: int
+    code: bool = False
+    extra: tuple[str, ...] = ()
+
+
+def _floor_prompts(path: Path, env_name: str, n: int) -> None:
+    """The rows the floor client sends: each task's prompt (and, for ``code``, its tests)."""
+    env = load_env(env_name)
+    with path.open("w") as fh:
+        for t in _tasks(env_name, min(n, 200)):
+            row: dict[str, object] = {"id": t.id, "messages": env.prompt(t)}
+            if env_name == "code":
+                row["tests"] = list(t.metadata["tests"])
+            fh.write(json.dumps(row) + "\n")
+
+
+def floor_case(n: int, rounds: int, concurrency: int = 64, code_n: int | None = None,
+               sandbox: str = "local") -> dict[str, object]:
     """The floor next to `eval run` on the same fake model, rows and concurrency (see the module doc).
 
-    Marginal CPU per rollout, (CPU(n) − CPU(1)) / (n − 1), the lowest of ``rounds`` interleaved rounds."""
-    cases = {"single_turn": ("mcqa", "single"), "multi_turn": ("workplace", "tool")}
-    floor: list[float] = []
+    Marginal CPU per rollout, (CPU(n) − CPU(1)) / (n − 1), the lowest of ``rounds`` interleaved rounds.
+    Sandboxed code tasks (``code``, ``code_n`` rollouts at concurrency 8 under ``sandbox``) have a floor of
+    their own: the same client, which also runs each answer with its tests in a plain child process."""
+    code_n = code_n or max(20, n // 10)
+    cases = {"single_turn": FloorCase("mcqa", "single", n, concurrency),
+             "multi_turn": FloorCase("workplace", "tool", n, concurrency),
+             "sandboxed_code": FloorCase("code", "single", code_n, 8, code=True, extra=("--sandbox", sandbox))}
+    floors: dict[bool, list[float]] = {False: [], True: []}
     runs: dict[str, list[dict[str, object]]] = {k: [] for k in cases}
-    with tempfile.TemporaryDirectory() as d, model_server(0, ("mcqa", "workplace")) as url:
+    with tempfile.TemporaryDirectory() as d, model_server(0, ("mcqa", "workplace", "code")) as url:
         tmp = Path(d)
-        prompts = tmp / "prompts.jsonl"
-        env = load_env("mcqa")
-        with prompts.open("w") as fh:
-            for t in _tasks("mcqa", min(n, 200)):
-                fh.write(json.dumps({"id": t.id, "messages": env.prompt(t)}) + "\n")
+        prompts = {False: tmp / "prompts.jsonl", True: tmp / "code-prompts.jsonl"}
+        _floor_prompts(prompts[False], "mcqa", n)
+        _floor_prompts(prompts[True], "code", code_n)
         for _ in range(rounds):
-            full_s, one_s = floor_run(url, prompts, n, concurrency, tmp), floor_run(url, prompts, 1, 1, tmp)
-            floor.append((full_s - one_s) / (n - 1))
-            for key, (env_name, agent) in cases.items():
-                full = collect_case(0, concurrency, n, model=url, env_name=env_name, agent=agent)
-                one = collect_case(0, 1, 1, model=url, env_name=env_name, agent=agent)
+            for code, (fn, fc) in ((False, (n, concurrency)), (True, (code_n, 8))):
+                full_s, one_s = floor_run(url, prompts[code], fn, fc, tmp), floor_run(url, prompts[code], 1, 1, tmp)
+                floors[code].append((full_s - one_s) / (fn - 1))
+            for key, case in cases.items():
+                full, one = (collect_case(0, conc, count, model=url, env_name=case.env, agent=case.agent,
+                                          extra=case.extra) for conc, count in ((case.concurrency, case.n), (1, 1)))
                 if not (full["ok"] and one["ok"]):
                     raise SystemExit(f"eval run failed: {full.get('error') or one.get('error')}")
-                marginal = (_num(full["cpu_s"]) - _num(one["cpu_s"])) / (n - 1)
+                marginal = (_num(full["cpu_s"]) - _num(one["cpu_s"])) / (case.n - 1)
                 runs[key].append({**full, "marginal_cpu_s": marginal})
-    base = min(floor)
-    if base <= 0:
-        raise SystemExit(f"the floor is not measurable at {n} rollouts (marginal CPU {floor}): raise FLOOR_N")
+    base, code_base = min(floors[False]), min(floors[True])
+    if base <= 0 or code_base <= 0:
+        raise SystemExit(f"the floor is not measurable at {n} / {code_n} rollouts (marginal CPU {floors}): raise "
+                         "FLOOR_N")
     line: dict[str, object] = {"bench": "floor", "rollouts": n, "rounds": rounds, "concurrency": concurrency,
                                "model": "palaestra model serve (scripted oracle, 0 ms) on 127.0.0.1",
                                "floor_cpu_ms_per_rollout": round(1000 * base, 4),
-                               "floor_rounds_ms": [round(1000 * f, 4) for f in floor]}
-    for key, (env_name, agent) in cases.items():
+                               "floor_rounds_ms": [round(1000 * f, 4) for f in floors[False]],
+                               "code_floor_cpu_ms_per_rollout": round(1000 * code_base, 4),
+                               "code_floor_rounds_ms": [round(1000 * f, 4) for f in floors[True]]}
+    for key, case in cases.items():
         best = min(runs[key], key=lambda r: _num(r["marginal_cpu_s"]))
         cpu, calls = _num(best["marginal_cpu_s"]), _num(best["model_calls_per_rollout"])
-        line[key] = {"env": env_name, "agent": agent, "cpu_ms_per_rollout": round(1000 * cpu, 4),
+        floor = code_base if case.code else base
+        line[key] = {"env": case.env, "agent": case.agent, "rollouts": case.n, "concurrency": case.concurrency,
+                     **({"sandbox": sandbox} if case.code else {}),
+                     "cpu_ms_per_rollout": round(1000 * cpu, 4),
                      "rounds_ms": [round(1000 * _num(r["marginal_cpu_s"]), 4) for r in runs[key]],
-                     "x_floor": round(cpu / base, 2), "model_calls_per_rollout": calls,
-                     "x_floor_per_model_call": round(cpu / (base * calls), 2) if calls else None,
+                     "x_floor": round(cpu / floor, 2), "model_calls_per_rollout": calls,
+                     "x_floor_per_model_call": round(cpu / (floor * calls), 2) if calls else None,
                      "mean_reward": best["mean_reward"], "rollouts_per_s": best["rollouts_per_s"]}
     return line
 
@@ -231,7 +271,9 @@ def main() -> None:
                          "run)")
     if what == "floor":
         fn = int(os.environ.get("FLOOR_N", "200" if tiny else "4000"))  # marginal CPU needs a few hundred
-        print(json.dumps(floor_case(fn, int(os.environ.get("ROUNDS", "1" if tiny else "3")))), flush=True)
+        code_n = int(os.environ.get("FLOOR_CODE_N", "20" if tiny else "300"))
+        print(json.dumps(floor_case(fn, int(os.environ.get("ROUNDS", "1" if tiny else "3")), code_n=code_n,
+                                    sandbox=os.environ.get("SANDBOX", "local"))), flush=True)
         return
     n = int(os.environ.get("N", "20" if tiny else "2000"))
     env_name = os.environ.get("ENV", "workplace")

@@ -198,6 +198,10 @@ def test_overhead_floor(started: dict[str, Started | str]) -> None:
         assert case["env"] == env and case["mean_reward"] == 1.0  # the same oracle solves every row
         assert case["x_floor"] == pytest.approx(case["cpu_ms_per_rollout"] / fig["floor_cpu_ms_per_rollout"], abs=0.02)
     assert fig["single_turn"]["model_calls_per_rollout"] == 1.0 and fig["multi_turn"]["model_calls_per_rollout"] > 1
+    code = fig["sandboxed_code"]  # its own floor: the same client also runs each answer with its tests
+    assert code["env"] == "code" and code["sandbox"] == "local" and code["rollouts"] == 20
+    assert code["mean_reward"] == 1.0 and fig["code_floor_cpu_ms_per_rollout"] == min(fig["code_floor_rounds_ms"]) > 0
+    assert code["x_floor"] == pytest.approx(code["cpu_ms_per_rollout"] / fig["code_floor_cpu_ms_per_rollout"], abs=0.02)
 
 
 def test_sandbox(started: dict[str, Started | str]) -> None:
