@@ -74,3 +74,19 @@ async def run_cli(adapter: CLIAdapter, env: Any, replay: list[dict[str, Any]], t
     proxy = ModelProxy(backend or ScriptedBackend("replay", replay=replay))
     agent = ExternalCLIAgent(adapter, **agent_kw)
     return await run_rollout(task, env=env, agent=agent, proxy=proxy, model_name="scripted", deadline_s=120)
+
+
+async def run_terminal_task(adapter: CLIAdapter, env: Any, replay: list[dict[str, Any]]) -> Rollout:
+    """The CLI on ``terminal-make-executable`` against ``replay``, which makes exactly two model calls:
+    the rollout must be scored, and every call the model served must be in its trajectory with its
+    response (the harness's own count agreeing)."""
+    from palaestra.envs.terminal.env import Terminal
+
+    task = next(t for t in Terminal().examples() if t.id == "terminal-make-executable")
+    backend = CountingScripted("replay", replay=replay)
+    r = await run_cli(adapter, env, replay, task=task, backend=backend)
+    assert r.outcome.status == "scored", f"{r.outcome.kind}: {r.outcome.message}"
+    harness = (r.trajectory.model_extra or {})["harness"]
+    assert backend.served == len(r.trajectory.model_calls) == harness["model_calls"] == 2, harness
+    assert all(c.response is not None for c in r.trajectory.model_calls)
+    return r

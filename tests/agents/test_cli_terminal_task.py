@@ -13,9 +13,8 @@ import pytest
 
 from palaestra.agents.external import KiloCodeAdapter, OpenCodeAdapter, PiAdapter
 from palaestra.agents.external.adapter import CLIAdapter
-from palaestra.envs.terminal.env import Terminal
 
-from .conftest import CountingScripted, require_cli, run_cli
+from .conftest import require_cli, run_terminal_task
 
 COMMAND = "chmod +x tools/run.sh && ./tools/run.sh"
 
@@ -29,14 +28,9 @@ async def test_harness_solves_a_terminal_task_and_every_model_call_is_recorded(
         terminal: Any, adapter_cls: type[CLIAdapter], step_args: dict[str, str]) -> None:
     adapter = adapter_cls()
     require_cli(adapter)
-    task = next(t for t in Terminal().examples() if t.id == "terminal-make-executable")
     replay = [{"tool_calls": [{"name": "bash", "arguments": step_args}]}, {"content": "run.sh is executable now."}]
-    backend = CountingScripted("replay", replay=replay)
-    r = await run_cli(adapter, terminal, replay, task=task, backend=backend)
-    assert r.outcome.status == "scored", f"{r.outcome.kind}: {r.outcome.message}"
+    r = await run_terminal_task(adapter, terminal, replay)
     traj = r.trajectory
-    assert backend.served == len(traj.model_calls) == traj.model_extra["harness"]["model_calls"] == 2
-    assert all(c.response is not None for c in traj.model_calls)
     assert "bash" in [t["function"]["name"] for t in traj.model_calls[0].request["tools"]]
     assert "ok" in str(traj.model_calls[-1].request["messages"])  # ran ./tools/run.sh inside the jail
     assert [m["role"] for m in traj.messages][-3:] == ["assistant", "tool", "assistant"]

@@ -13,9 +13,8 @@ import pytest
 from palaestra.agents.external.adapter import CLIAdapter
 from palaestra.agents.external.hermes import HermesAdapter
 from palaestra.agents.external.openhands import OpenHandsAdapter
-from palaestra.envs.terminal.env import Terminal
 
-from .conftest import CountingScripted, require_cli, run_cli
+from .conftest import require_cli, run_terminal_task
 
 COMMAND = "chmod +x tools/run.sh && ./tools/run.sh"
 ANSWER = "run.sh is executable now."
@@ -30,15 +29,10 @@ async def test_harness_solves_a_terminal_task_and_every_model_call_is_recorded(
         terminal: Any, adapter_cls: type[CLIAdapter], finish: dict[str, Any], tools: set[str]) -> None:
     adapter = adapter_cls()
     require_cli(adapter)
-    task = next(t for t in Terminal().examples() if t.id == "terminal-make-executable")
     replay = [{"tool_calls": [{"name": "terminal", "arguments": {"command": COMMAND}}]}, finish]
-    backend = CountingScripted("replay", replay=replay)
-    r = await run_cli(adapter, terminal, replay, task=task, backend=backend)
-    assert r.outcome.status == "scored", f"{r.outcome.kind}: {r.outcome.message}"
+    r = await run_terminal_task(adapter, terminal, replay)
     traj = r.trajectory
     harness = traj.model_extra["harness"]
-    assert backend.served == len(traj.model_calls) == harness["model_calls"] == 2, harness
-    assert all(c.response is not None for c in traj.model_calls)
     offered = {t["function"]["name"] for t in traj.model_calls[0].request["tools"]}
     assert tools <= offered and not any("browser" in name for name in offered), offered
     assert "ok" in str(traj.model_calls[-1].request["messages"])  # ./tools/run.sh ran inside the jail
