@@ -4,9 +4,10 @@ httpx on this hot path), or straight into an in-process ASGI app through httpx's
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import aiohttp
+if TYPE_CHECKING:  # imported when a network transport is first used: a run whose environments and model all
+    import aiohttp  # live in-process never pays aiohttp's import (~0.1 s, most of it its default TLS contexts)
 
 
 class TransportFailure(Exception):
@@ -36,9 +37,13 @@ class NetworkTransport:
         self._limit = max_connections
         self._headers = dict(headers or {})
         self._session: aiohttp.ClientSession | None = None
+        self._client_error: type[Exception] = OSError
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
+            import aiohttp
+
+            self._client_error = aiohttp.ClientError
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=30),
                 timeout=aiohttp.ClientTimeout(total=self._timeout),
@@ -52,7 +57,7 @@ class NetworkTransport:
                 return resp.status, await resp.read()
         except asyncio.TimeoutError as exc:
             raise TransportFailure("timeout", f"no answer within {self._timeout:g} s") from exc
-        except aiohttp.ClientError as exc:
+        except self._client_error as exc:
             raise TransportFailure("unreachable", repr(exc)) from exc
 
     async def aclose(self) -> None:

@@ -1,0 +1,35 @@
+"""What a small run imports: an evaluation whose environment and model live in this process (the scripted
+model, an in-process placement) loads neither aiohttp (~0.1 s, most of it building its default TLS
+contexts) nor numpy (~0.1 s; only the bootstrap of more than one task needs it). Together they were
+about 40 % of `eval run` on one row. A run that talks HTTP, or bootstraps several tasks, still gets them
+(checked too, so the test cannot pass by never running)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import json, sys
+from palaestra import evaluate
+result = evaluate(env="mcqa", model="scripted:oracle", limit=int(sys.argv[2]), out=sys.argv[1])
+print(json.dumps({"mean": result.metrics["overall"]["mean_reward"], "ci": result.metrics["overall"]["reward_ci95"],
+                  "numpy": "numpy" in sys.modules, "aiohttp": "aiohttp" in sys.modules}))
+"""
+
+
+def _run(tmp_path: Path, limit: int) -> dict[str, object]:
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / f"run-{limit}"), str(limit)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def test_a_one_task_in_process_run_imports_neither_aiohttp_nor_numpy(tmp_path: Path) -> None:
+    one = _run(tmp_path, 1)
+    assert one["mean"] == 1.0 and one["ci"] == [1.0, 1.0]  # one task: every resample is that task
+    assert one["numpy"] is False and one["aiohttp"] is False
+    several = _run(tmp_path, 3)
+    assert several["mean"] == 1.0 and several["numpy"] is True  # the bootstrap of three tasks drew with numpy
