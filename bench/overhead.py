@@ -47,6 +47,7 @@ from palaestra.models.scripted import ScriptedBackend
 from palaestra.placement import mount_env
 from palaestra.rollout.runner import run_rollout
 from palaestra.server.model_proxy import ModelProxy
+from palaestra.server.ports import free_port
 
 
 def _cpu_s(who: int) -> float:
@@ -122,16 +123,10 @@ def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1, mo
             "mean_reward": (metrics.get("overall") or {}).get("mean_reward"), **({"error": err} if status else {})}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def model_server(latency_ms: int, envs: tuple[str, ...] = ("mcqa",)) -> Iterator[str]:
     """`palaestra model serve` (the scripted oracle, knowing ``envs``' tasks) on 127.0.0.1: its base URL."""
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "palaestra.cli.main", "model", "serve", "--policy", "oracle",
                                *[a for e in envs for a in ("--env", e)], "--latency-ms", str(latency_ms),
                                "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -61,7 +61,6 @@ import os
 import runpy
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -74,6 +73,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from palaestra.server.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -118,12 +119,6 @@ def make_rows(n: int, out: Path) -> Path:
 
 
 # ---- processes -----------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def http(method: str, url: str, timeout: float = 5.0) -> tuple[int, bytes]:
     req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
     try:

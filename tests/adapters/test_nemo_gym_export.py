@@ -11,7 +11,6 @@ import json
 import os
 import runpy
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from palaestra.adapters.nemo_gym import export_nemo_gym
 from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
 from palaestra.server.loopback import serve_app
+from palaestra.server.ports import free_port
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -87,12 +87,6 @@ def nemo_read(out: Path) -> dict[str, Any]:
                           text=True, timeout=300, env={**os.environ, "WANDB_MODE": "disabled"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def stop_session(proc: subprocess.Popen[bytes]) -> None:

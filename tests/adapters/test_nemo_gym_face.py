@@ -19,7 +19,6 @@ import json
 import os
 import runpy
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from palaestra.rollout.config import RunConfig
 from palaestra.server.loopback import serve_app
 from palaestra.server.model_app import create_model_app
 from palaestra.server.model_proxy import ModelProxy
+from palaestra.server.ports import free_port
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -73,12 +73,6 @@ def nemo_gym() -> Path:
     if reason is not None:
         pytest.skip(f"nemo-gym: {reason}")
     return Path(NG.venv_dir())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ---- rows --------------------------------------------------------------------------------------

@@ -81,9 +81,9 @@ async def test_not_done_is_not_passed_and_reward_modes(openenv_url: str) -> None
 
 
 async def test_unreachable_server_is_an_environment_failure(openenv_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from palaestra.adapters.openenv_sessions import _free_port
+    from palaestra.server.ports import free_port
 
-    monkeypatch.setenv("PALAESTRA_TEST_OPENENV_URL", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("PALAESTRA_TEST_OPENENV_URL", f"http://127.0.0.1:{free_port()}")
     env = load_env(f"{FIXTURE}:RemoteCounter")
     with pytest.raises(EnvironmentFailure, match="127.0.0.1") as info:
         await env.seed(env.examples()[0])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -12,14 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from palaestra.server.ports import free_port
+
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 CLI = [sys.executable, "-m", "palaestra.cli.main"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
@@ -49,7 +44,7 @@ def test_user_env_file_served_without_touching_the_package(tmp_path: Path) -> No
     """`palaestra env serve ./my_env.py:MyEnv` from the user's own directory."""
     src = (FIXTURES / "counter_env.py").read_text()
     (tmp_path / "my_env.py").write_text(src.replace("class CounterEnv", "class MyEnv"))
-    port = _free_port()
+    port = free_port()
     token_file = tmp_path / "env.token"  # an environment server asks for the token it prints and saves
     proc = subprocess.Popen(CLI + ["env", "serve", "./my_env.py:MyEnv", "--port", str(port), "--token-file",
                                    str(token_file)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -79,7 +74,7 @@ def test_serve_refuses_a_public_address() -> None:
 
 
 def test_model_serve_scripted_speaks_openai(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(CLI + ["model", "serve", "--backend", "scripted", "--policy", "oracle", "--env", "mcqa",
                                    "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

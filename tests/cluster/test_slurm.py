@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from palaestra.cluster.localnode import free_port
+from palaestra.server.ports import free_port
 from palaestra.cluster.slurm import SlurmJob, render
 from palaestra.core.errors import ConfigError
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 
@@ -13,15 +12,10 @@ import httpx
 from palaestra.client.env_client import EnvClient
 from palaestra.core.errors import PalaestraError
 from palaestra.core.records import Task
+from palaestra.server.ports import free_port
 
 CLI = [sys.executable, "-m", "palaestra.cli.main"]
 TOKEN = "t0ken-" + "x" * 30
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_public_bind_never_runs_without_a_token() -> None:
@@ -45,7 +39,7 @@ def test_short_token_is_refused() -> None:
 
 
 async def test_token_protected_env_server() -> None:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(CLI + ["env", "serve", "mcqa", "--port", str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env={**os.environ, "PALAESTRA_TOKEN": TOKEN})
     base = f"http://127.0.0.1:{port}"

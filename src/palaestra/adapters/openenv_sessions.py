@@ -15,7 +15,6 @@ import contextlib
 import copy
 import inspect
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from typing import Any, Protocol
 import httpx
 
 from palaestra.core.errors import BadArguments, ConfigError, EnvironmentFailure, ToolError
+from palaestra.server.ports import free_port
 
 INSTALL_HINT = "install OpenEnv: pip install 'palaestra[openenv]' (the `openenv` package)"
 
@@ -245,18 +245,12 @@ def fetch_schema(url: str, timeout_s: float = 10.0, headers: dict[str, str] | No
     return action
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def serve_openenv(app: str, *, port: int = 0, startup_s: float = 90.0, env: dict[str, str] | None = None,
                   cwd: str | None = None) -> Iterator[str]:
     """Run an OpenEnv server app (``module:app``) with uvicorn on 127.0.0.1 and yield its URL; the
     process is stopped when the block ends, whatever happens inside it."""
-    port = port or _free_port()
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     child_env = {**os.environ, **(env or {})}
     log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server must never block on a full pipe

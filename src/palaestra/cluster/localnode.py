@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,12 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from palaestra.cluster.runtime import LOOPBACK_IP, ClusterError
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK_IP, 0))
-        return int(s.getsockname()[1])
+from palaestra.server.ports import free_port
 
 
 def auth_env() -> dict[str, str]:
