@@ -4,7 +4,9 @@
 #   - Inspect AI (inspect-ai, with the openai package its `openai-api` provider drives), driven with
 #     `inspect eval TASKFILE --model openai-api/...`;
 #   - PrimeIntellect verifiers 0.3 (its classic API: vf.SingleTurnEnv, vf.Rubric, `vf-eval`; 0.4 keeps only
-#     the v1 API, in the venv .ci/setup-verifiers.sh builds), driven with `vf-eval MODULE`.
+#     the v1 API, in the venv .ci/setup-verifiers.sh builds), driven with `vf-eval MODULE`;
+#   - EleutherAI's lm-evaluation-harness (lm-eval with its `api` extra: API models only, no torch), driven
+#     with `lm_eval run --model local-chat-completions --include_path DIR --tasks NAME`.
 # tests/fixtures/peers.py says where they are (the same default locations as here); the bench and
 # tests/bench/test_side_by_side_smoke.py look there.
 #
@@ -12,7 +14,8 @@
 #
 # Knobs: PALAESTRA_INSPECT_VENV (default ~/.cache/palaestra-bench/inspect-ai), INSPECT_AI_VERSION (0.3.285),
 #        INSPECT_OPENAI_VERSION (3.63.0), PALAESTRA_VERIFIERS_CLASSIC_VENV (~/.cache/palaestra-bench/verifiers-0.3),
-#        VERIFIERS_CLASSIC_VERSION (0.3.1), PEERS_PYTHON (the interpreter to build both from; default
+#        VERIFIERS_CLASSIC_VERSION (0.3.1), PALAESTRA_LM_EVAL_VENV (~/.cache/palaestra-bench/lm-eval),
+#        LM_EVAL_VERSION (0.4.13), PEERS_PYTHON (the interpreter to build them all from; default
 #        python3.11, else python3), PALAESTRA_SKIP_PEERS=1 skips the install (the tests then skip, and CI
 #        leaves them out), PEERS_UV (the uv to build the venvs with; default /opt/palaestra-agents/uv/bin/uv,
 #        else uv on PATH; PEERS_UV=none: python -m venv + pip, as where no uv is found).
@@ -29,6 +32,8 @@ INSPECT_VERSION="${INSPECT_AI_VERSION:-0.3.285}"
 OPENAI_VERSION="${INSPECT_OPENAI_VERSION:-3.63.0}"
 VF_VENV="${PALAESTRA_VERIFIERS_CLASSIC_VENV:-$CACHE/verifiers-0.3}"
 VF_VERSION="${VERIFIERS_CLASSIC_VERSION:-0.3.1}"
+LM_EVAL_VENV="${PALAESTRA_LM_EVAL_VENV:-$CACHE/lm-eval}"
+LM_EVAL_VERSION="${LM_EVAL_VERSION:-0.4.13}"
 MARKER=".palaestra-peer"  # in each venv: the exact requirements it was built from, written once it imports
 die() { echo "setup-peers: ERROR: $*" >&2; exit 1; }
 
@@ -96,5 +101,9 @@ peer_venv "Inspect AI" PALAESTRA_INSPECT_VENV "$INSPECT_VENV" \
 peer_venv verifiers PALAESTRA_VERIFIERS_CLASSIC_VENV "$VF_VENV" \
   'import verifiers as vf, datasets; vf.SingleTurnEnv, vf.Rubric, vf.Parser, vf.extract_boxed_answer' \
   "verifiers==$VF_VERSION"
+peer_venv lm-eval PALAESTRA_LM_EVAL_VENV "$LM_EVAL_VENV" \
+  'import lm_eval, lm_eval.evaluator, lm_eval.tasks, lm_eval.models.openai_completions, datasets' \
+  "lm-eval[api]==$LM_EVAL_VERSION"
 [[ -x "$INSPECT_VENV/bin/inspect" ]] || die "no inspect command in $INSPECT_VENV/bin"
 [[ -x "$VF_VENV/bin/vf-eval" ]] || die "no vf-eval command in $VF_VENV/bin"
+[[ -x "$LM_EVAL_VENV/bin/lm_eval" ]] || die "no lm_eval command in $LM_EVAL_VENV/bin"

@@ -11,6 +11,7 @@ stdout, progress and a summary table on stderr:
     python bench/side_by_side.py --tiny           # 20 rows, concurrency 4: a smoke run
     python bench/side_by_side.py --tools palaestra --tasks 500 --latency-ms 200
     python bench/side_by_side.py --tasks 500 --rounds 2 --tools palaestra,inspect-ai,verifiers
+    python bench/side_by_side.py --tasks 500 --rounds 2 --tools palaestra,lm-eval
 
 Tools (``--tools``, run in that order; ``--rounds N`` repeats them, interleaved, the order reversed every
 other round, and the table gives medians over rounds):
@@ -24,7 +25,12 @@ other round, and the table gives medians over rounds):
   verifiers    ``vf-eval MODULE -n ROWS -r 1 -c C -s``: an environment module written into the work dir (a
                classic ``vf.SingleTurnEnv`` with a one-function ``vf.Rubric`` on the ``\\boxed{}`` letter);
                rewards read back from its results.jsonl
-Inspect AI and verifiers 0.3 come from ``bash .ci/setup-peers.sh`` (venvs of their own, located by
+  lm-eval      ``lm_eval run --model local-chat-completions --model_args model=...,base_url=...,num_concurrent=C,
+               tokenizer_backend=None,tokenized_requests=False --apply_chat_template --include_path DIR --tasks
+               NAME --output_path OUT``: a YAML task written into the work dir (the rows as a local JSON data
+               set, each row's prompt as it is, a regex filter of the last ``\\boxed{}`` letter, exact_match);
+               its score and sample count read back from its results JSON
+Inspect AI, verifiers 0.3 and lm-eval come from ``bash .ci/setup-peers.sh`` (venvs of their own, located by
 ``tests/fixtures/peers.py``). A tool that is not installed is skipped with a note naming the script that
 installs it; ``--require-nemo-gym`` / ``--require-peers`` turn that into a failure.
 
@@ -469,7 +475,7 @@ def run_nemo_gym(args: argparse.Namespace, rows_path: Path, rows: int, work: Pat
                    peak_rss_mb_servers=peak_servers, servers_max_procs=max_procs, servers_left=left)
 
 
-# ---- peers: Inspect AI and verifiers -------------------------------------------------------------
+# ---- peers: Inspect AI, verifiers and lm-evaluation-harness ------------------------------------------------------
 def peers_location() -> dict[str, Any]:
     """tests/fixtures/peers.py: where .ci/setup-peers.sh put the peers (the tests look there too)."""
     return runpy.run_path(str(ROOT / "tests" / "fixtures" / "peers.py"))
@@ -624,9 +630,82 @@ def run_verifiers(args: argparse.Namespace, rows_path: Path, rows: int, work: Pa
     return summary("verifiers", peers["version"]("verifiers"), rows, args, rewards, m, stats, fake_cpu)
 
 
+# The task an lm-evaluation-harness user would write for these rows: the JSONL as a local ``json`` data set,
+# each row's prompt sent as it is (as the one user message, with --apply_chat_template), zero-shot,
+# generate_until, a regex filter keeping the last \boxed{} letter, and the built-in exact_match (no Hugging
+# Face ``evaluate`` download) against the row's expected letter.
+LM_EVAL_TASK_NAME = "palaestra_bench_mcqa"
+LM_EVAL_TASK = r"""# The side-by-side bench's mcqa rows as an lm-eval task (written by bench/side_by_side.py).
+task: %(name)s
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: %(rows)s
+test_split: test
+output_type: generate_until
+doc_to_text: "{{responses_create_params.input[0].content}}"
+doc_to_target: "{{expected_answer}}"
+generation_kwargs:
+  until: ["\n\n"]
+  max_gen_toks: 256
+  temperature: 0
+filter_list:
+  - name: boxed
+    filter:
+      - function: regex
+        regex_pattern: '\\boxed\{\s*([A-Za-z])\s*\}'
+        group_select: -1
+      - function: take_first
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+
+
+def run_lm_eval(args: argparse.Namespace, rows_path: Path, rows: int, work: Path,
+                peers: dict[str, Any]) -> dict[str, Any]:
+    """``lm_eval run`` of a task directory in the work dir (``--include_path``), its
+    ``local-chat-completions`` model pointed at the fake (Chat Completions), ``num_concurrent`` = the
+    concurrency, no tokenizer at all (``tokenizer_backend=None``, ``tokenized_requests=False``: nothing to
+    download), the Hugging Face datasets/hub/evaluate libraries offline with their caches in the work dir.
+    No ``--log_samples`` (a user's default): its results JSON gives the number of samples scored and their
+    exact_match mean, read back afterwards (exact_match is 0 or 1 per sample, so those two give every
+    sample's reward)."""
+    venv = peers["venv_dir"]("lm-eval")
+    work.mkdir(parents=True, exist_ok=True)
+    tasks = work / "lm_eval_tasks"  # only the task: lm-eval indexes every YAML file under --include_path
+    tasks.mkdir(exist_ok=True)
+    (tasks / f"{LM_EVAL_TASK_NAME}.yaml").write_text(
+        LM_EVAL_TASK % {"name": LM_EVAL_TASK_NAME, "rows": json.dumps(str(rows_path))}, encoding="utf-8")
+    out = work / "lm_eval_out"
+
+    def command(base: str) -> tuple[list[str], dict[str, str]]:
+        env = peer_env(venv, work, HF_EVALUATE_OFFLINE="1", OPENAI_API_KEY="bench-dummy-key")
+        model_args = (f"model=fake-model,base_url={base}/v1/chat/completions,num_concurrent={args.concurrency},"
+                      "max_retries=3,tokenized_requests=False,tokenizer_backend=None")
+        return [str(peers["command_path"]("lm-eval")), "run", "--model", "local-chat-completions",
+                "--model_args", model_args, "--apply_chat_template", "--include_path", str(tasks),
+                "--tasks", LM_EVAL_TASK_NAME, "--output_path", str(out)], env
+
+    m, stats, fake_cpu = measure_client(args, work, "lm_eval run", command)
+    rewards: list[float] = []
+    found = sorted(out.rglob("results_*.json")) if out.is_dir() else []
+    if found:
+        results = json.loads(found[-1].read_text(encoding="utf-8"))
+        score = results.get("results", {}).get(LM_EVAL_TASK_NAME, {}).get("exact_match,boxed")
+        scored = int(results.get("n-samples", {}).get(LM_EVAL_TASK_NAME, {}).get("effective") or 0)
+        if score is not None:
+            correct = round(float(score) * scored)
+            rewards = [1.0] * correct + [0.0] * (scored - correct)
+    return summary("lm-eval", peers["version"]("lm-eval"), rows, args, rewards, m, stats, fake_cpu)
+
+
 # ---- main ----------------------------------------------------------------------------------------
-TOOLS = ("palaestra", "nemo-gym", "inspect-ai", "verifiers")
-PEER_TOOLS = ("inspect-ai", "verifiers")
+TOOLS = ("palaestra", "nemo-gym", "inspect-ai", "verifiers", "lm-eval")
+PEER_TOOLS = ("inspect-ai", "verifiers", "lm-eval")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -645,7 +724,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also write the summary table (markdown; always printed on stderr) to this file")
     p.add_argument("--require-nemo-gym", action="store_true", help="fail instead of skipping NeMo Gym when absent")
     p.add_argument("--require-peers", action="store_true",
-                   help="fail instead of skipping Inspect AI or verifiers when absent (.ci/setup-peers.sh)")
+                   help="fail instead of skipping Inspect AI, verifiers or lm-eval when absent "
+                        "(.ci/setup-peers.sh)")
     p.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for `gym env start`")
     p.add_argument("--workdir", type=Path, default=None, help="where rows, logs and runs go (default: a temp dir)")
     args = p.parse_args(argv)
@@ -683,6 +763,8 @@ def run_tool(tool: str, args: argparse.Namespace, rows_path: Path, work: Path) -
         return run_nemo_gym(args, rows_path, args.tasks, work, nemo_gym_location()["venv_dir"]())
     if tool == "inspect-ai":
         return run_inspect(args, rows_path, args.tasks, work, peers_location())
+    if tool == "lm-eval":
+        return run_lm_eval(args, rows_path, args.tasks, work, peers_location())
     return run_verifiers(args, rows_path, args.tasks, work, peers_location())
 
 

@@ -52,7 +52,8 @@ CAPABILITIES: dict[str, str] = {
     "verl": "the [verl] extra and VeRL itself (`pip install --no-deps verl==0.9.1`, as .ci/run does)",
     "skyrl": "the [skyrl] extra (skyrl-gym)",
     "nemo-gym": "a NeMo Gym install (.ci/setup-nemo-gym.sh)",
-    "peers": "the side-by-side bench's peers, Inspect AI and verifiers 0.3, in side venvs (.ci/setup-peers.sh)",
+    "peers": "the side-by-side bench's peers, Inspect AI, verifiers 0.3 and lm-eval, in side venvs "
+             "(.ci/setup-peers.sh)",
     "langgraph": "the [langgraph] extra",
     "sdk": "the [sdk] extra (openai-agents, smolagents, strands-agents)",
     "reasoning-gym": "the [reasoning] extra",

@@ -1,7 +1,8 @@
 """``bench/side_by_side.py --tiny`` runs end to end: the real model server on 127.0.0.1, the real
 ``palaestra eval run`` and, where ``.ci/setup-nemo-gym.sh`` installed it, the real NeMo Gym stack
 (``gym env start`` + ``gym eval run``), and where ``.ci/setup-peers.sh`` installed them, the peers
-(``inspect eval`` of a task file, ``vf-eval`` of an environment module), on the same generated rows.
+(``inspect eval`` of a task file, ``vf-eval`` of an environment module, ``lm_eval run`` of a YAML task
+directory), on the same generated rows.
 Every row is answerable, so every tool must score every row 1.0 (equal rewards: the same grading); all
 lines carry the same keys, so the figures line up."""
 
@@ -24,7 +25,7 @@ TINY_ROWS = 20
 
 # tests/fixtures/nemo_gym.py: the one place that knows where .ci/setup-nemo-gym.sh installs NeMo Gym
 NEMO_GYM = runpy.run_path(str(ROOT / "tests" / "fixtures" / "nemo_gym.py"))
-# tests/fixtures/peers.py: the same for the peers .ci/setup-peers.sh installs (Inspect AI, verifiers)
+# tests/fixtures/peers.py: the same for the peers .ci/setup-peers.sh installs (Inspect AI, verifiers, lm-eval)
 PEERS = runpy.run_path(str(ROOT / "tests" / "fixtures" / "peers.py"))
 
 
@@ -73,10 +74,11 @@ def test_both_halves_have_the_same_keys(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("peer", ["inspect-ai", "verifiers"])
+@pytest.mark.parametrize("peer", ["inspect-ai", "verifiers", "lm-eval"])
 def test_peer_beside_palaestra(tmp_path: Path, peer: str) -> None:
     """A peer driven as its users drive it (Inspect AI: `inspect eval` of a task file; verifiers: `vf-eval`
-    of a SingleTurnEnv module), on the rows Palaestra runs: the same keys, every row scored 1.0."""
+    of a SingleTurnEnv module; lm-eval: `lm_eval run --model local-chat-completions` of a YAML task in an
+    --include_path directory), on the rows Palaestra runs: the same keys, every row scored 1.0."""
     reason = PEERS["missing"](peer)
     if reason is not None:
         pytest.skip(f"peers: {reason}")  # the capability name PALAESTRA_REQUIRE knows (tests/conftest.py)
