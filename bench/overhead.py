@@ -162,15 +162,17 @@ def _num(value: object) -> float:
     return float(value)
 
 
-def floor_run(url: str, prompts: Path, n: int, concurrency: int, tmp: Path) -> float:
-    """CPU seconds of one floor client run (bench/floor_client.py) of ``n`` rollouts, from wait4."""
+def floor_run(url: str, prompts: Path, n: int, concurrency: int, tmp: Path, *, code: bool = False) -> float:
+    """CPU seconds of one floor client run (bench/floor_client.py) of ``n`` rollouts, from wait4. ``code``:
+    every answer must also pass its tests (the oracle's do), as every Palaestra case must score 1.0."""
     out = tmp / f"floor-{n}.jsonl"
     out.unlink(missing_ok=True)
     proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("floor_client.py")), url, str(prompts),
                              str(n), str(concurrency), str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(proc.pid, 0)
     answer = proc.stdout.read().decode() if proc.stdout else ""
-    if status != 0 or json.loads(answer or "{}").get("answered") != n:
+    done = json.loads(answer or "{}")
+    if status != 0 or done.get("answered") != n or (code and done.get("passed") != n):
         err = proc.stderr.read().decode()[-800:] if proc.stderr else ""
         raise SystemExit(f"the floor client failed: {answer[-300:]} {err}")
     with out.open("rb") as fh:
@@ -219,13 +221,16 @@ def floor_case(n: int, rounds: int, concurrency: int = 64, code_n: int | None = 
     runs: dict[str, list[dict[str, object]]] = {k: [] for k in cases}
     with tempfile.TemporaryDirectory() as d, model_server(0, ("mcqa", "workplace", "code")) as url:
         tmp = Path(d)
-        prompts = {False: tmp / "prompts.jsonl", True: tmp / "code-prompts.jsonl"}
-        _floor_prompts(prompts[False], "mcqa", n)
-        _floor_prompts(prompts[True], "code", code_n)
+        # each floor runs on the prompts, size and concurrency of the case it is set against
+        floor_of = {False: cases["single_turn"], True: cases["sandboxed_code"]}
+        prompts = {code: tmp / f"{case.env}-prompts.jsonl" for code, case in floor_of.items()}
+        for code, case in floor_of.items():
+            _floor_prompts(prompts[code], case.env, case.n)
         for _ in range(rounds):
-            for code, (fn, fc) in ((False, (n, concurrency)), (True, (code_n, 8))):
-                full_s, one_s = floor_run(url, prompts[code], fn, fc, tmp), floor_run(url, prompts[code], 1, 1, tmp)
-                floors[code].append((full_s - one_s) / (fn - 1))
+            for code, case in floor_of.items():
+                full_s = floor_run(url, prompts[code], case.n, case.concurrency, tmp, code=code)
+                one_s = floor_run(url, prompts[code], 1, 1, tmp, code=code)
+                floors[code].append((full_s - one_s) / (case.n - 1))
             for key, case in cases.items():
                 full, one = (collect_case(0, conc, count, model=url, env_name=case.env, agent=case.agent,
                                           extra=case.extra) for conc, count in ((case.concurrency, case.n), (1, 1)))
