@@ -40,22 +40,25 @@ def _priority(row: Row) -> int:
     return 4
 
 
-def _details(records: Iterable[tuple[int, Mapping[str, Any] | None]], budget: int) -> tuple[dict[str, Any], int]:
-    """Transcripts of ``records`` (in priority order) until ``budget`` bytes of them are embedded."""
-    details: dict[str, Any] = {}
+def _details(records: Iterable[tuple[int, Mapping[str, Any] | None]], budget: int
+             ) -> tuple[dict[str, orjson.Fragment], int]:
+    """Transcripts of ``records`` (in priority order) until ``budget`` bytes of them are embedded.
+
+    Each is serialised once, to know its size, and embedded as that JSON (``orjson.Fragment``): the page's
+    data is not encoded a second time."""
+    details: dict[str, orjson.Fragment] = {}
     used = 0
     for seq, record in records:
         if record is None:
             continue
         try:
-            detail = rollout_detail(record, seq)
-        except ValueError:
+            encoded = orjson.dumps(rollout_detail(record, seq), option=orjson.OPT_NON_STR_KEYS)
+        except (ValueError, TypeError):  # TypeError: orjson's JSONEncodeError (a value JSON cannot hold)
             continue
-        size = len(orjson.dumps(detail))
-        if used + size > budget and details:
+        if used + len(encoded) > budget and details:
             break
-        details[str(seq)] = detail
-        used += size
+        details[str(seq)] = orjson.Fragment(encoded)
+        used += len(encoded)
     return details, used
 
 
