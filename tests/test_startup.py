@@ -33,3 +33,30 @@ def test_a_one_task_in_process_run_imports_neither_aiohttp_nor_numpy(tmp_path: P
     assert one["numpy"] is False and one["aiohttp"] is False
     several = _run(tmp_path, 3)
     assert several["mean"] == 1.0 and several["numpy"] is True  # the bootstrap of three tasks drew with numpy
+
+
+CLI_SCRIPT = """
+import json, sys
+from palaestra.cli.main import app
+loaded = {"import": "pydantic" in sys.modules}
+for args in (["--version"], ["--help"]):
+    try:
+        app(args)
+    except SystemExit:
+        pass
+    loaded[" ".join(args)] = "pydantic" in sys.modules
+import palaestra
+task = palaestra.Task(id="t", env="mcqa")  # the records still load on first use, from both packages
+from palaestra.core import Rollout
+print(json.dumps({**loaded, "task": task.id, "rollout": Rollout.__name__, "after": "pydantic" in sys.modules}))
+"""
+
+
+def test_the_command_line_starts_without_pydantic() -> None:
+    """pydantic and the record models were ~60 % of importing the CLI (0.19 s): `palaestra --help` and
+    `--version` never need them, so `palaestra` and `palaestra.core` import their names on first use."""
+    proc = subprocess.run([sys.executable, "-c", CLI_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen == {"import": False, "--version": False, "--help": False, "task": "t", "rollout": "Rollout",
+                    "after": True}

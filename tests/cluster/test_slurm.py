@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from palaestra.server.ports import free_port
 from palaestra.cluster.slurm import SlurmJob, render
 from palaestra.core.errors import ConfigError
+from palaestra.server.ports import free_port
 
 SRUN = """#!/bin/bash
 node=""
