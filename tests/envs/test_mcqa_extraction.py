@@ -130,3 +130,27 @@ def test_boxes_are_found_in_linear_passes_even_when_unclosed() -> None:
     assert extract(text, OPTIONS).letter == "B"
     nested = "\\boxed{\\boxed{A} or \\boxed{C}}"
     assert [content for _, content in find_boxed(nested)] == ["\\boxed{A} or \\boxed{C}", "A", "C"]
+
+
+def test_blank_out_is_the_case_blind_substitution_it_replaces() -> None:
+    """``blank_out`` stands in for ``re.sub(re.escape(phrase), " ", text, flags=re.IGNORECASE)`` (which
+    compiled a pattern per option of every reply): the same text for ASCII phrases, overlapping and
+    repeated ones, regex metacharacters and case variants, and for Unicode, where ``re`` folds case its
+    own way (the Kelvin sign is a ``k``; dotted capital I lowers to two characters)."""
+    import random
+    import re
+
+    from palaestra.envs.mcqa.reading import blank_out
+
+    alphabet = ["a", "A", "b", "B", "k", "K", "s", " ", ".", "*", "(", ")", "\\", "+", "?", "[", "\u212a", "\u017f",
+                "\u0130", "i", "\u00df", "S"]
+    rng = random.Random(7)
+    cases = [("aaaa", "aa"), ("AaAa", "aA"), ("Vitamin C and vitamin c", "vitamin c"), ("a.b a*b", "a.b"),
+             ("x(y)z", "(y)"), ("Kelvin \u212aelvin", "kelvin"), ("\u0130stanbul istanbul", "istanbul"),
+             ("STRASSE stra\u00dfe", "strasse"), ("none here", "absent"), ("", "ab")]
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
+        phrase = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 3)))
+        cases.append((text, phrase))
+    for text, phrase in cases:
+        assert blank_out(text, phrase) == re.sub(re.escape(phrase), " ", text, flags=re.IGNORECASE), (text, phrase)
