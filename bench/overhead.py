@@ -55,9 +55,32 @@ def _cpu_s(who: int) -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _distinct_mcqa(task: Task, i: int) -> Task:
+    """Row ``i`` made from a bundled mcqa task: its question and every option text carry the row's number,
+    so no two rows share a text, as in a real dataset (repeated texts let ``re``'s cache of 512 compiled
+    patterns hide a pattern compiled per row: it did hide 0.1 ms per rollout of mcqa's grading)."""
+    options = task.metadata.get("options")
+    if isinstance(options, dict):
+        options = {k: f"{v} #{i}" for k, v in options.items()}
+    elif isinstance(options, list):
+        options = [{k: f"{v} #{i}" for k, v in o.items()} if isinstance(o, dict) else f"{o} #{i}" for o in options]
+    question = f"{task.input} (#{i})" if isinstance(task.input, str) else task.input
+    return task.model_copy(update={"input": question, "metadata": {**task.metadata, "options": options}})
+
+
 def _tasks(env_name: str, n: int) -> list[Task]:
+    """``n`` rows of ``env_name`` from its bundled tasks, each with an id of its own; mcqa rows are all
+    different (``_distinct_mcqa``)."""
     base = load_env(env_name).examples()
-    return [base[i % len(base)].model_copy(update={"id": f"{base[i % len(base)].id}-{i}"}) for i in range(n)]
+    out = [base[i % len(base)].model_copy(update={"id": f"{base[i % len(base)].id}-{i}"}) for i in range(n)]
+    return [_distinct_mcqa(t, i) for i, t in enumerate(out)] if env_name == "mcqa" else out
+
+
+def _write_tasks(path: Path, env_name: str, n: int) -> Path:
+    with path.open("w") as fh:
+        for t in _tasks(env_name, n):
+            fh.write(t.model_dump_json() + "\n")
+    return path
 
 
 async def core_case(env_name: str, placement: str, n: int, concurrency: int = 64) -> dict[str, object]:
@@ -93,10 +116,7 @@ def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1, mo
                  env_name: str = "mcqa", agent: str | None = None, extra: tuple[str, ...] = ()) -> dict[str, object]:
     """One `palaestra eval run` as a child process: wall time, its CPU and peak RSS from wait4."""
     with tempfile.TemporaryDirectory() as tmp:
-        tasks = Path(tmp) / "tasks.jsonl"
-        with tasks.open("w") as fh:
-            for t in _tasks(env_name, n):
-                fh.write(t.model_dump_json() + "\n")
+        tasks = _write_tasks(Path(tmp) / "tasks.jsonl", env_name, n)
         cmd = [sys.executable, "-m", "palaestra.cli.main", "eval", "run", "--input", str(tasks), "-q",
                "--model", model or f"scripted:oracle?latency_ms={latency_ms}", "-c", str(concurrency),
                "-k", str(repeats), *(["--agent", agent] if agent else []), *extra,
@@ -124,12 +144,14 @@ def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1, mo
 
 
 @contextlib.contextmanager
-def model_server(latency_ms: int, envs: tuple[str, ...] = ("mcqa",)) -> Iterator[str]:
-    """`palaestra model serve` (the scripted oracle, knowing ``envs``' tasks) on 127.0.0.1: its base URL."""
+def model_server(latency_ms: int, envs: tuple[str, ...] = ("mcqa",), tasks: Path | None = None) -> Iterator[str]:
+    """`palaestra model serve` (the scripted oracle, knowing ``envs``' bundled tasks and those of the task
+    file ``tasks``) on 127.0.0.1: its base URL."""
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "palaestra.cli.main", "model", "serve", "--policy", "oracle",
-                               *[a for e in envs for a in ("--env", e)], "--latency-ms", str(latency_ms),
-                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               *[a for e in envs for a in ("--env", e)], *(["--tasks", str(tasks)] if tasks else []),
+                               "--latency-ms", str(latency_ms), "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -151,7 +173,8 @@ def http_case(latency_ms: int, concurrency: int, n: int) -> dict[str, object]:
 
     Only the eval process is measured (wait4), as NeMo Gym's figure counts its own processes and not the
     fake model's: this is the runtime's cost per rollout when a real model server sits at the other end."""
-    with model_server(latency_ms) as url:
+    with tempfile.TemporaryDirectory() as d, \
+            model_server(latency_ms, tasks=_write_tasks(Path(d) / "known.jsonl", "mcqa", n)) as url:
         case = collect_case(latency_ms, concurrency, n, model=url)
     return {**case, "bench": "collect_http"}
 
@@ -199,7 +222,7 @@ def _floor_prompts(path: Path, env_name: str, n: int) -> None:
     """The rows the floor client sends: each task's prompt (and, for ``code``, its tests)."""
     env = load_env(env_name)
     with path.open("w") as fh:
-        for t in _tasks(env_name, min(n, 200)):
+        for t in _tasks(env_name, n if env_name == "mcqa" else min(n, 200)):  # mcqa: every row different
             row: dict[str, object] = {"id": t.id, "messages": env.prompt(t)}
             if env_name == "code":
                 row["tests"] = list(t.metadata["tests"])
@@ -219,7 +242,8 @@ def floor_case(n: int, rounds: int, concurrency: int = 64, code_n: int | None = 
              "sandboxed_code": FloorCase("code", "single", code_n, 8, code=True, extra=("--sandbox", sandbox))}
     floors: dict[bool, list[float]] = {False: [], True: []}
     runs: dict[str, list[dict[str, object]]] = {k: [] for k in cases}
-    with tempfile.TemporaryDirectory() as d, model_server(0, ("mcqa", "workplace", "code")) as url:
+    with tempfile.TemporaryDirectory() as d, \
+            model_server(0, ("workplace", "code"), _write_tasks(Path(d) / "known.jsonl", "mcqa", n)) as url:
         tmp = Path(d)
         # each floor runs on the prompts, size and concurrency of the case it is set against
         floor_of = {False: cases["single_turn"], True: cases["sandboxed_code"]}

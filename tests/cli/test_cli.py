@@ -95,6 +95,38 @@ def test_model_serve_scripted_speaks_openai(tmp_path: Path) -> None:
         proc.wait(10)
 
 
+def test_model_serve_oracle_knows_the_tasks_of_a_task_file(tmp_path: Path) -> None:
+    """--tasks: the oracle answers rows that are in no environment's bundled tasks (a benchmark of
+    distinct rows), and a bad task file is refused before serving, its row named."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"id": "q1", "env": "mcqa", "input": "Which of these is a prime number?",
+                                "metadata": {"options": {"A": "4", "B": "9", "C": "7", "D": "15"},
+                                             "expected_answer": "C"}}) + "\n")
+    port = free_port()
+    proc = subprocess.Popen(CLI + ["model", "serve", "--policy", "oracle", "--tasks", str(rows), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_healthy(base + "/healthz", proc)
+        from palaestra.core.records import Task
+        from palaestra.envs.registry import load_env
+
+        prompt = load_env("mcqa").prompt(Task.model_validate_json(rows.read_text()))
+        reply = httpx.post(base + "/v1/chat/completions", json={"model": "scripted", "messages": prompt}, timeout=30)
+        assert reply.json()["choices"][0]["message"]["content"] == "\\boxed{C}"
+        other = httpx.post(base + "/v1/chat/completions", timeout=30,
+                           json={"model": "scripted", "messages": [{"role": "user", "content": "not a row"}]})
+        assert "no reference for this conversation" in other.json()["choices"][0]["message"]["content"]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "q1", "env": "mcqa"}\nnot json\n')
+    refused = subprocess.run(CLI + ["model", "serve", "--tasks", str(bad), "--port", str(free_port())],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "bad.jsonl:2" in refused.stderr, refused.stderr
+
+
 def test_env_check_user_file_in_a_local_process() -> None:
     proc = subprocess.run(CLI + ["env", "check", str(FIXTURES / "counter_env.py") + ":CounterEnv",
                                  "--placement", "local"], capture_output=True, text=True, timeout=120)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import typer
 
-from palaestra.cli.common import ServeAuth, allowed_host_option, shown_host, token_env_option, token_file_option
+from palaestra.cli.common import (
+    ServeAuth,
+    allowed_host_option,
+    fail,
+    guarded,
+    shown_host,
+    token_env_option,
+    token_file_option,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Models: serve a backend over the OpenAI-compatible API.")
 
@@ -14,6 +22,8 @@ def serve(
     backend: str = typer.Option("scripted", help="scripted | local[:PATH] | openai:BASE_URL"),
     policy: str = typer.Option("oracle", help="Scripted policy: oracle | constant | echo | null | replay."),
     env: list[str] = typer.Option([], "--env", help="For the oracle: environments whose bundled tasks it knows."),
+    tasks: str | None = typer.Option(None, "--tasks", help="For the oracle: a task file (JSONL or Parquet, as "
+                                                          "`eval run --input` reads) whose tasks it knows too."),
     latency_ms: float = typer.Option(0.0, help="Scripted: latency per call."),
     failure_rate: float = typer.Option(0.0, help="Scripted: fraction of calls that fail with a 500."),
     model_name: str = typer.Option("", help="Model name to send upstream (openai backend)."),
@@ -37,14 +47,20 @@ def serve(
                             allowed_hosts=allowed_host)
     from palaestra.envs.oracle import oracle_references
     from palaestra.models.factory import make_backend
+    from palaestra.rollout.selection import refuse
+    from palaestra.rollout.tasks import load_task_file
     from palaestra.server.model_app import create_model_app
     from palaestra.server.model_proxy import ModelProxy
     from palaestra.server.serving import run_guarded
 
+    loaded = guarded(load_task_file, tasks) if tasks else None
+    if loaded is not None and loaded.problems:  # every bad row named, as `eval run` names them
+        fail(refuse(loaded.problems).message, "fix the rows it names: the oracle answers every task of --tasks")
+    known = loaded.tasks if loaded is not None else []
     model_backend = make_backend(backend if backend != "scripted" else f"scripted:{policy}",
                                  model_name=model_name or None, api_key_env=api_key_env,
                                  latency_ms=latency_ms, failure_rate=failure_rate,
-                                 references=oracle_references(env) if env else None)
+                                 references=oracle_references(env, known) if env or known else None)
     start = getattr(model_backend, "start", None)
     if start is not None:  # the local model loads while uvicorn starts, not on the first request
         start()
