@@ -24,7 +24,7 @@ from palaestra.rollout import rundir
 from palaestra.rollout.collector import Collector, ProgressFn, check_size, plan
 from palaestra.rollout.config import RunConfig, effective_settings, env_options
 from palaestra.rollout.journal import read_journal
-from palaestra.rollout.results import JournalRead, env_metrics, expected_counts, read_run_journal
+from palaestra.rollout.results import JournalRead, env_metrics, expected_counts, gc_paused, read_run_journal
 from palaestra.rollout.selection import select_tasks
 from palaestra.rollout.tasks import read_tasks, write_tasks
 from palaestra.settings import Settings
@@ -146,15 +146,16 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
             await cluster_collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
         else:
             await Collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
-    journal = read_run_journal(run_dir / rundir.JOURNAL)  # one read of the journal feeds metrics and report
-    metrics = write_metrics(run_dir, tasks, cfg.repeats, cfg.model_prices, journal=journal)
-    journal.rollouts.clear()  # the report reads the records only: free the validated copies first (peak RSS)
-    try:
-        from palaestra.report import write_report
+    with gc_paused():  # the read-back is a heap of acyclic JSON trees: collections would only re-walk it
+        journal = read_run_journal(run_dir / rundir.JOURNAL)  # one read of the journal feeds metrics and report
+        metrics = write_metrics(run_dir, tasks, cfg.repeats, cfg.model_prices, journal=journal)
+        journal.rollouts.clear()  # the report reads the records only: free the validated copies first (peak RSS)
+        try:
+            from palaestra.report import write_report
 
-        write_report(run_dir, journal=journal)
-    except Exception as exc:  # the run's data is safe in the journal; a report bug must not fail the run
-        log.warning("could not write report.html for %s: %s: %s", run_dir, type(exc).__name__, exc)
+            write_report(run_dir, journal=journal)
+        except Exception as exc:  # the run's data is safe in the journal; a report bug must not fail the run
+            log.warning("could not write report.html for %s: %s: %s", run_dir, type(exc).__name__, exc)
     unreadable = list(metrics.get("journal_problems") or []) + list(metrics.get("invalid_records") or [])
     return RunResult(run_dir, metrics, len(pending), skipped, already, time.perf_counter() - t0,
                      status=run_status(metrics, cfg.min_coverage), journal_problems=unreadable)

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import orjson
+import pytest
 
 from palaestra.orchestrator import write_metrics
 from palaestra.report.rundata import load_run_info
@@ -89,3 +90,26 @@ def test_metrics_and_report_from_one_read_match_separate_reads(tmp_path: Path) -
     assert shared == separate
     assert (run / "report.html").read_text() == html_separate
     assert shared["overall"]["n_failed"] and shared["overall"]["n_rollouts_scored"] == 7
+
+
+def test_the_read_back_runs_with_the_collector_paused_and_leaves_it_as_it_was() -> None:
+    """``gc_paused`` (around the end of a run: read back, metrics, report) turns the cyclic collector off
+    and puts back what it found, also when the block raises, and never turns on one that was off."""
+    import gc
+
+    from palaestra.rollout.results import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), gc_paused():
+        raise RuntimeError("a report bug")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
