@@ -20,9 +20,10 @@ thread (the journal's policy). Its CPU per rollout is set against `palaestra eva
 the same rows, single-turn (mcqa, agent single) and multi-turn tool use (workplace, agent tool). Sandboxed
 code tasks (code, agent single, `--sandbox SANDBOX`) are set against a floor of their own: the same client
 also runs each answer with its tests as `python -I -S -c` in a plain child process. Both are
-marginal CPU, (CPU of an N-rollout run − CPU of a 1-rollout run) / (N − 1), so interpreter start-up and
-imports count for neither; rounds interleave floor and Palaestra, and the lowest of each is kept (the
-least disturbed by other load on the machine)."""
+marginal CPU, (CPU of an N-rollout run − CPU of a 2-rollout run) / (N − 2), so interpreter start-up and
+imports count for neither (two rollouts of two tasks, not one: a run of more than one task imports numpy
+for its bootstrap interval, 0.1 s that would otherwise count as 25-50 µs per rollout); rounds interleave
+floor and Palaestra, and the lowest of each is kept (the least disturbed by other load on the machine)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import json
 import os
 import resource
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -204,6 +206,11 @@ def floor_run(url: str, prompts: Path, n: int, concurrency: int, tmp: Path, *, c
     return ru.ru_utime + ru.ru_stime
 
 
+# The baseline run of the marginal CPU: two rollouts of two tasks, so it takes every path a big run takes
+# once (a run of one task skips the bootstrap interval, and with it numpy's import).
+BASE = 2
+
+
 @dataclass(frozen=True)
 class FloorCase:
     """One kind of rollout the floor bench sets against its floor: ``env`` and ``agent`` for `eval run`
@@ -233,7 +240,7 @@ def floor_case(n: int, rounds: int, concurrency: int = 64, code_n: int | None = 
                sandbox: str = "local") -> dict[str, object]:
     """The floor next to `eval run` on the same fake model, rows and concurrency (see the module doc).
 
-    Marginal CPU per rollout, (CPU(n) − CPU(1)) / (n − 1), the lowest of ``rounds`` interleaved rounds.
+    Marginal CPU per rollout, (CPU(n) − CPU(BASE)) / (n − BASE), the lowest of ``rounds`` interleaved rounds.
     Sandboxed code tasks (``code``, ``code_n`` rollouts at concurrency 8 under ``sandbox``) have a floor of
     their own: the same client, which also runs each answer with its tests in a plain child process."""
     code_n = code_n or max(20, n // 10)
@@ -253,14 +260,14 @@ def floor_case(n: int, rounds: int, concurrency: int = 64, code_n: int | None = 
         for _ in range(rounds):
             for code, case in floor_of.items():
                 full_s = floor_run(url, prompts[code], case.n, case.concurrency, tmp, code=code)
-                one_s = floor_run(url, prompts[code], 1, 1, tmp, code=code)
-                floors[code].append((full_s - one_s) / (case.n - 1))
+                base_s = floor_run(url, prompts[code], BASE, 1, tmp, code=code)
+                floors[code].append((full_s - base_s) / (case.n - BASE))
             for key, case in cases.items():
                 full, one = (collect_case(0, conc, count, model=url, env_name=case.env, agent=case.agent,
-                                          extra=case.extra) for conc, count in ((case.concurrency, case.n), (1, 1)))
+                                          extra=case.extra) for conc, count in ((case.concurrency, case.n), (1, BASE)))
                 if not (full["ok"] and one["ok"]):
                     raise SystemExit(f"eval run failed: {full.get('error') or one.get('error')}")
-                marginal = (_num(full["cpu_s"]) - _num(one["cpu_s"])) / (case.n - 1)
+                marginal = (_num(full["cpu_s"]) - _num(one["cpu_s"])) / (case.n - BASE)
                 runs[key].append({**full, "marginal_cpu_s": marginal})
     base, code_base = min(floors[False]), min(floors[True])
     if base <= 0 or code_base <= 0:
@@ -282,8 +289,20 @@ def floor_case(n: int, rounds: int, concurrency: int = 64, code_n: int | None = 
                      "rounds_ms": [round(1000 * _num(r["marginal_cpu_s"]), 4) for r in runs[key]],
                      "x_floor": round(cpu / floor, 2), "model_calls_per_rollout": calls,
                      "x_floor_per_model_call": round(cpu / (floor * calls), 2) if calls else None,
+                     **_round_ratios(runs[key], floors[case.code]),
                      "mean_reward": best["mean_reward"], "rollouts_per_s": best["rollouts_per_s"]}
     return line
+
+
+def _round_ratios(runs: list[dict[str, object]], floors: list[float]) -> dict[str, object]:
+    """Each round's ratio to the floor measured in the same round (per model call), and their median.
+
+    The lowest of each side's rounds can come from different rounds; a round's two figures were taken a few
+    seconds apart, so machine-wide slowdowns (this VM's floor moved by 40 % within an hour) divide out."""
+    ratios = [_num(r["marginal_cpu_s"]) / (f * (_num(r["model_calls_per_rollout"]) or 1.0))
+              for r, f in zip(runs, floors, strict=True)]
+    return {"x_floor_per_model_call_rounds": [round(x, 2) for x in ratios],
+            "x_floor_per_model_call_median": round(statistics.median(ratios), 2)}
 
 
 def main() -> None:

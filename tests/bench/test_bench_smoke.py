@@ -197,6 +197,9 @@ def test_overhead_floor(started: dict[str, Started | str]) -> None:
         case = fig[key]
         assert case["env"] == env and case["mean_reward"] == 1.0  # the same oracle solves every row
         assert case["x_floor"] == pytest.approx(case["cpu_ms_per_rollout"] / fig["floor_cpu_ms_per_rollout"], abs=0.02)
+        # one round: its own ratio (per model call, against the floor of that round) is the median and the lowest
+        assert case["x_floor_per_model_call_rounds"] == [case["x_floor_per_model_call_median"]]
+        assert case["x_floor_per_model_call_median"] == pytest.approx(case["x_floor_per_model_call"], abs=0.02)
     assert fig["single_turn"]["model_calls_per_rollout"] == 1.0 and fig["multi_turn"]["model_calls_per_rollout"] > 1
     code = fig["sandboxed_code"]  # its own floor: the same client also runs each answer with its tests
     assert code["env"] == "code" and code["sandbox"] == "local" and code["rollouts"] == 20
