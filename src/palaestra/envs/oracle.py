@@ -17,16 +17,11 @@ from palaestra.models.scripted import reference_key
 def oracle_references(env_specs: Sequence[str], tasks: Sequence[Task] = ()) -> dict[str, Any]:
     """References of the bundled tasks of the given environments, and of ``tasks`` (each with its own
     environment: a task file's rows, which a real dataset makes all different), keyed by their prompt."""
-    refs: dict[str, Any] = {}
     envs = {spec: load_env(spec) for spec in dict.fromkeys([*env_specs, *(t.env for t in tasks)])}
-    for spec in env_specs:
-        env = envs[spec]
-        for task in env.examples():
-            ref = env.reference(task)
-            if ref is not None:
-                refs[reference_key(env.prompt(task))] = ref
-    for task in tasks:
-        env = envs[task.env]
+    known = [(envs[spec], task) for spec in env_specs for task in envs[spec].examples()]
+    known += [(envs[task.env], task) for task in tasks]
+    refs: dict[str, Any] = {}
+    for env, task in known:
         ref = env.reference(task)
         if ref is not None:
             refs[reference_key(env.prompt(task))] = ref
