@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from palaestra.rollout.runner import run_rollout
 from palaestra.server.loopback import serve_app
 from palaestra.server.model_app import create_model_app
 from palaestra.server.model_proxy import ModelProxy
+from palaestra.server.ports import free_port
 
 
 def _judge_server(text: str) -> Any:
@@ -159,9 +159,7 @@ async def test_an_unreadable_judge_is_retried_then_fails_as_judge_not_zero() -> 
 
 
 async def test_an_unreachable_judge_fails_as_judge() -> None:
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     backend = OpenAIBackend(f"http://127.0.0.1:{port}/v1", max_retries=0, timeout=5)
     try:
         with pytest.raises(InfraError) as err:

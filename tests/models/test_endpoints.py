@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections import Counter
 from pathlib import Path
@@ -18,6 +17,7 @@ from palaestra.placement import mount_env
 from palaestra.rollout.runner import run_rollout
 from palaestra.server.model_app import create_model_app
 from palaestra.server.model_proxy import ModelProxy
+from palaestra.server.ports import free_port
 
 COUNTER = str(Path(__file__).parents[1] / "fixtures" / "counter_env.py") + ":CounterEnv"
 TASK_INPUT = "Bring the counter from 0 to 150."
@@ -29,12 +29,8 @@ class ModelServer:
     """A scripted oracle model server on 127.0.0.1 that a test can stop and start again on its port."""
 
     def __init__(self, port: int | None = None) -> None:
-        if port is None:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = int(s.getsockname()[1])
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}/v1"
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
         self.server: uvicorn.Server | None = None
         self.thread: threading.Thread | None = None
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import gc
-import socket
 import time
 import warnings
 from collections import Counter
@@ -23,6 +22,7 @@ from starlette.routing import Route
 from palaestra.core.errors import ConfigError, ModelError
 from palaestra.models.base import CallContext
 from palaestra.models.openai_http import OpenAIBackend, _env_proxy, api_key_from_env, retry_after_seconds
+from palaestra.server.ports import free_port
 
 KEY = "sk-test-secret-123"
 
@@ -215,9 +215,7 @@ async def test_responses_endpoint(upstream: tuple[Upstream, str]) -> None:
 
 
 async def test_connection_refused_is_retried_then_fails() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there
     b = OpenAIBackend(f"http://127.0.0.1:{port}/v1", max_retries=2, backoff_base=0.01)
     with pytest.raises(ModelError) as info:
         await b.chat({"messages": []}, CallContext())

@@ -19,6 +19,7 @@ from palaestra.metrics.summary import run_status
 from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
 from palaestra.rollout.journal import read_journal
+from palaestra.server.ports import free_port
 
 CLI = [sys.executable, "-m", "palaestra.cli.main"]
 
@@ -172,11 +173,7 @@ def test_cli_all_failed_exits_4_with_the_cause(tmp_path: Path) -> None:
 
 
 def test_cli_dead_model_server_exits_4_and_says_where(tmp_path: Path) -> None:
-    import socket
-
-    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there
     url = f"http://127.0.0.1:{port}/v1"
     proc = subprocess.run(CLI + ["eval", "run", "--env", "math", "--limit", "1", "--model", url,
                                  "--max-attempts", "1", "--deadline", "20", "--out", str(tmp_path / "run"), "-q"],
