@@ -31,18 +31,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from palaestra.core.records import Task
-from palaestra.envs.registry import load_env
+from bench_rows import bundled_rows, write_rows  # bench/ is on sys.path: this script's folder
 
 
 def run(n: int, concurrency: int, latency_ms: int, tmp: Path, failure_rate: float = 0.0) -> dict[str, Any]:
     """One ``eval run`` as a child process; its CPU and peak RSS from wait4, its journal read back."""
-    base = load_env("mcqa").examples()
-    rows = tmp / f"tasks-{n}.jsonl"
-    with rows.open("w") as fh:
-        for i in range(n):
-            t: Task = base[i % len(base)]
-            fh.write(t.model_copy(update={"id": f"{t.id}-{i}"}).model_dump_json() + "\n")
+    rows = write_rows(tmp / f"tasks-{n}.jsonl", bundled_rows("mcqa", n))
     out = tmp / f"run-{n}-{concurrency}"
     cmd = [sys.executable, "-m", "palaestra.cli.main", "eval", "run", "--input", str(rows), "-q", "--agent", "single",
            "--model", f"scripted:oracle?latency_ms={latency_ms}&failure_rate={failure_rate:g}", "-c", str(concurrency),

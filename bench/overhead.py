@@ -42,6 +42,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_rows import bundled_rows, write_rows  # bench/ is on sys.path: this script's folder
+
 from palaestra.agents.tool_agent import ToolAgent
 from palaestra.core.records import Task
 from palaestra.envs.registry import load_env
@@ -73,16 +75,12 @@ def _distinct_mcqa(task: Task, i: int) -> Task:
 def _tasks(env_name: str, n: int) -> list[Task]:
     """``n`` rows of ``env_name`` from its bundled tasks, each with an id of its own; mcqa rows are all
     different (``_distinct_mcqa``)."""
-    base = load_env(env_name).examples()
-    out = [base[i % len(base)].model_copy(update={"id": f"{base[i % len(base)].id}-{i}"}) for i in range(n)]
+    out = bundled_rows(env_name, n)
     return [_distinct_mcqa(t, i) for i, t in enumerate(out)] if env_name == "mcqa" else out
 
 
 def _write_tasks(path: Path, env_name: str, n: int) -> Path:
-    with path.open("w") as fh:
-        for t in _tasks(env_name, n):
-            fh.write(t.model_dump_json() + "\n")
-    return path
+    return write_rows(path, _tasks(env_name, n))
 
 
 async def core_case(env_name: str, placement: str, n: int, concurrency: int = 64) -> dict[str, object]:

@@ -36,16 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-
-from palaestra.envs.registry import load_env
-
-
-def _write_tasks(path: Path, env_name: str, n: int) -> None:
-    base = load_env(env_name).examples()
-    with path.open("w") as fh:
-        for i in range(n):
-            t = base[i % len(base)]
-            fh.write(t.model_copy(update={"id": f"{t.id}-{i}"}).model_dump_json() + "\n")
+from bench_rows import bundled_rows, write_rows  # bench/ is on sys.path: this script's folder
 
 
 def _children_cpu() -> float:
@@ -122,7 +113,7 @@ def main() -> None:
                               "load_average_start": [round(x, 2) for x in os.getloadavg()]}
     try:
         tasks = tmp / "tasks.jsonl"
-        _write_tasks(tasks, env_name, n)
+        write_rows(tasks, bundled_rows(env_name, n))
         modes: dict[str, str | None] = {"one_process": None}
         modes.update({f"local_{w}_workers": f"local?workers={w}" for w in workers})
         if with_ray:
