@@ -60,3 +60,16 @@ def test_the_command_line_starts_without_pydantic() -> None:
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen == {"import": False, "--version": False, "--help": False, "task": "t", "rollout": "Rollout",
                     "after": True}
+
+
+def test_every_name_palaestra_core_exports_resolves() -> None:
+    """``palaestra.core`` names its exports three times (the type checker's imports, ``__all__`` and the
+    lazy table): the last two must agree, and each name must come from the module the table says."""
+    import palaestra
+    import palaestra.core as core
+
+    assert sorted(core.__all__) == sorted(core._MODULE_OF)
+    for name in core.__all__:
+        assert getattr(core, name) is getattr(__import__(f"palaestra.core.{core._MODULE_OF[name]}",
+                                                         fromlist=[name]), name)
+    assert all(getattr(palaestra, name) is getattr(core, name) for name in palaestra._CORE)
