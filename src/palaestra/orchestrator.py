@@ -146,14 +146,16 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
             await cluster_collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
         else:
             await Collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
+    from palaestra.report import TranscriptCache, write_report
+
+    transcripts = TranscriptCache()  # the report's transcripts, encoded as the read-back expands each record
     with gc_paused():  # the read-back is a heap of acyclic JSON trees: collections would only re-walk it
-        journal = read_run_journal(run_dir / rundir.JOURNAL)  # one read of the journal feeds metrics and report
+        # one read of the journal feeds metrics and report
+        journal = read_run_journal(run_dir / rundir.JOURNAL, on_expanded=transcripts.add)
         metrics = write_metrics(run_dir, tasks, cfg.repeats, cfg.model_prices, journal=journal)
         journal.rollouts.clear()  # the report reads the records only: free the validated copies first (peak RSS)
         try:
-            from palaestra.report import write_report
-
-            write_report(run_dir, journal=journal)
+            write_report(run_dir, journal=journal, transcripts=transcripts)
         except Exception as exc:  # the run's data is safe in the journal; a report bug must not fail the run
             log.warning("could not write report.html for %s: %s: %s", run_dir, type(exc).__name__, exc)
     unreadable = list(metrics.get("journal_problems") or []) + list(metrics.get("invalid_records") or [])

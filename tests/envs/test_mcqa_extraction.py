@@ -142,15 +142,34 @@ def test_blank_out_is_the_case_blind_substitution_it_replaces() -> None:
 
     from palaestra.envs.mcqa.reading import blank_out
 
-    alphabet = ["a", "A", "b", "B", "k", "K", "s", " ", ".", "*", "(", ")", "\\", "+", "?", "[", "\u212a", "\u017f",
-                "\u0130", "i", "\u00df", "S"]
+    ascii_ = ["a", "A", "b", "B", "k", "K", "s", "S", "i", "I", " ", ".", "*", "(", ")", "\\", "+", "?", "["]
+    # folds to ASCII under re (Kelvin sign, long s, dotted and dotless I), and folds to nothing ASCII
+    unicode_ = ["\u212a", "\u017f", "\u0130", "\u0131", "\u00df", "\u2082", "\u00b0", "\u03b1", "\u0391", "\u00e9"]
     rng = random.Random(7)
     cases = [("aaaa", "aa"), ("AaAa", "aA"), ("Vitamin C and vitamin c", "vitamin c"), ("a.b a*b", "a.b"),
              ("x(y)z", "(y)"), ("Kelvin \u212aelvin", "kelvin"), ("\u0130stanbul istanbul", "istanbul"),
-             ("STRASSE stra\u00dfe", "strasse"), ("none here", "absent"), ("", "ab")]
-    for _ in range(3000):
-        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
-        phrase = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 3)))
+             ("STRASSE stra\u00dfe", "strasse"), ("none here", "absent"), ("", "ab"), ("B", "NaCl"),
+             ("kelvin", "\u212aelvin"), ("H2O or h2o", "H\u2082O"), ("Is it", "\u0131s"), ("sos", "\u017fo\u017f")]
+    for _ in range(6000):
+        text_chars = ascii_ if rng.random() < 0.5 else ascii_ + unicode_  # half the replies are plain ASCII
+        text = "".join(rng.choice(text_chars) for _ in range(rng.randint(0, 14)))
+        phrase = "".join(rng.choice(ascii_ + unicode_) for _ in range(rng.randint(1, 4)))
         cases.append((text, phrase))
     for text, phrase in cases:
         assert blank_out(text, phrase) == re.sub(re.escape(phrase), " ", text, flags=re.IGNORECASE), (text, phrase)
+
+
+def test_only_four_non_ascii_characters_match_ascii_ones_ignoring_case() -> None:
+    """``blank_out`` answers "not found" without a search when an ASCII reply meets an option holding a
+    character outside ``_ASCII_FOLDS``: that rests on ``re.IGNORECASE`` matching no other non-ASCII code
+    point to an ASCII character, checked here over all of Unicode (with this Python's ``re``)."""
+    import re
+
+    from palaestra.envs.mcqa.reading import _ASCII_FOLDS
+
+    any_ascii = re.compile("[\\x00-\\x7f]", re.IGNORECASE)
+    folds = {chr(cp) for cp in range(0x80, 0x110000)
+             if not 0xD800 <= cp <= 0xDFFF and any_ascii.fullmatch(chr(cp))}
+    assert folds == set(_ASCII_FOLDS)
+    for c in folds:  # and each matches as a literal too, as re.escape(phrase) makes it
+        assert any(re.fullmatch(re.escape(c), chr(a), re.IGNORECASE) for a in range(0x80))

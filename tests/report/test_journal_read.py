@@ -15,7 +15,7 @@ import pytest
 
 from palaestra.orchestrator import write_metrics
 from palaestra.report.rundata import load_run_info
-from palaestra.report.static import build_report, write_report
+from palaestra.report.static import DEFAULT_DETAIL_BYTES, TranscriptCache, build_report, write_report
 from palaestra.rollout.results import read_rollouts, read_run_journal
 from palaestra.rollout.tasks import read_tasks
 
@@ -23,8 +23,18 @@ from .conftest import mixed_records, write_run
 
 
 def _both(run_dir: Path) -> tuple[str, str]:
+    """The report through the viewer's index, and through one read of the journal. The latter is also
+    built with the transcripts the read-back encoded (``TranscriptCache``), whole and cut short by a
+    small budget: a cache, so the page must not change with it."""
     info = load_run_info(run_dir)
-    return build_report(info), build_report(info, journal=read_run_journal(info.journal))
+    via_read = build_report(info, journal=read_run_journal(info.journal))
+    for budget in (DEFAULT_DETAIL_BYTES, 3000):
+        cache = TranscriptCache(budget)
+        read = read_run_journal(info.journal, on_expanded=cache.add)
+        assert cache.encoded and cache.used <= budget
+        assert budget == DEFAULT_DETAIL_BYTES or len(cache.encoded) < len(read.records)  # the small one filled
+        assert build_report(info, journal=read, transcripts=cache) == via_read
+    return build_report(info), via_read
 
 
 def test_one_read_gives_the_same_report_on_a_real_run(real_run: Path, tmp_path: Path) -> None:

@@ -118,6 +118,26 @@ def test_chart_primitives() -> None:
     assert reward_color(0.0) == "#dc2626" and reward_color(1.0) == "#16a34a"
 
 
+def test_bin_counts_puts_each_value_where_a_bisect_of_the_edges_does() -> None:
+    """``bin_counts`` bisects sorted values once per edge; a value's bin must still be the one a bisect
+    of the edges gives it (``[edges[i], edges[i+1])``, clamped to the first and last bins), with values on
+    an edge, below the first or past the last, and repeated edges."""
+    import random
+    from bisect import bisect_right
+
+    from palaestra.report.charts import bin_counts
+
+    rng = random.Random(1)
+    for _ in range(3000):
+        edges = sorted(rng.choice([0.0, 0.5, 1.0, 1.5, 2.0, rng.uniform(-1, 4)]) for _ in range(rng.randint(2, 12)))
+        values = [rng.choice([rng.uniform(-2, 5), 0.5, 1.0, 2.0, edges[0], edges[-1]])
+                  for _ in range(rng.randint(0, 30))]
+        expected = [0] * (len(edges) - 1)
+        for v in values:
+            expected[max(0, min(len(expected) - 1, bisect_right(edges, v) - 1))] += 1
+        assert bin_counts(values, edges) == expected, (values, edges)
+
+
 def test_embed_json_is_script_safe() -> None:
     text = embed_json({"a": "</script><!-- & >"})
     assert "<" not in text and ">" not in text and "&" not in text

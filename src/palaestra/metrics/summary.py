@@ -22,6 +22,7 @@ import copy
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from pydantic import ValidationError
@@ -42,7 +43,7 @@ __all__ = ["ADVICE", "RunStatus", "compute_metrics", "format_table", "run_status
 UnitKey = tuple[str, str, str, str]  # (env, agent, model, task_id): one task as run by one policy
 
 
-@dataclass
+@dataclass(slots=True)
 class _Unit:
     """The effective rollouts of one task inside one block, in repeat order."""
 
@@ -67,8 +68,9 @@ def _effective(rollouts: Iterable[Rollout | Mapping[str, Any]]) -> tuple[list[Ro
             invalid.append(f"record {seq + 1}: not a Rollout ({where}: {first['msg']})")
             continue
         slot = (r.env, r.agent, r.model, r.task_id, r.repeat)
-        rank = (1 if _is_scored(r) else 0, r.attempt, seq)
-        if slot not in best or rank > best[slot][0]:
+        rank = (1 if r.outcome.status == "scored" and r.verdict is not None else 0, r.attempt, seq)
+        held = best.get(slot)
+        if held is None or rank > held[0]:
             best[slot] = (rank, r)
     return [r for _, r in best.values()], invalid
 
@@ -98,6 +100,26 @@ def _group_label(r: Rollout, group_by: Sequence[str]) -> str:
     return " ".join(parts) or "all"
 
 
+class _Labels:
+    """``_group_label`` of each rollout, worked out once per distinct group: a run has a handful of groups
+    and thousands of rollouts. Values that cannot key a dict (a list field such as ``tags``) are
+    labelled directly."""
+
+    def __init__(self, group_by: Sequence[str]):
+        self.group_by = tuple(group_by)
+        self.known: dict[tuple[Any, ...], str] = {}
+
+    def __call__(self, r: Rollout) -> str:
+        try:
+            key = tuple([getattr(r, name) for name in self.group_by])
+            label = self.known.get(key)
+        except (AttributeError, TypeError):  # not a field (_group_label says so), or an unhashable value
+            return _group_label(r, self.group_by)
+        if label is None:
+            label = self.known[key] = _group_label(r, self.group_by)
+        return label
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -105,24 +127,35 @@ def _mean(values: Sequence[float]) -> float | None:
 def _block(units: dict[UnitKey, _Unit], n_expected: int | None, covered: int,
            n_boot: int, seed: int) -> dict[str, Any]:
     """Metrics of one block; every value is None (not an error) when nothing was scored."""
-    scored_units = [u for u in units.values() if u.scored]
-    n_scored = sum(len(u.scored) for u in scored_units)
-    failed = Counter(_failure_kind(r) for u in units.values() for r in u.failed)
-    rewards = [[float(r.verdict.reward) for r in u.scored if r.verdict is not None] for u in scored_units]
-    nc = [(len(u.scored), sum(1 for r in u.scored if r.verdict is not None and r.verdict.is_pass()))
-          for u in scored_units]
+    failed: Counter[str] = Counter()
+    # Per scored unit, in one pass over its rollouts (a scored rollout always has a verdict): rewards,
+    # (samples, passes), and its answers with whether each passed, for majority@k.
+    rewards: list[list[float]] = []
+    nc: list[tuple[int, int]] = []
+    samples: list[tuple[list[Any], list[bool]]] = []
+    has_answers = False
+    for u in units.values():
+        for r in u.failed:
+            failed[_failure_kind(r)] += 1
+        if not u.scored:
+            continue
+        verdicts = [r.verdict for r in u.scored if r.verdict is not None]
+        passes = [v.is_pass() for v in verdicts]
+        answers = [v.answer for v in verdicts]
+        rewards.append([float(v.reward) for v in verdicts])
+        nc.append((len(u.scored), sum(passes)))
+        samples.append((answers, passes))
+        has_answers = has_answers or any(a is not None for a in answers)
+    n_scored = sum(n for n, _ in nc)
     ks = ks_for(min((n for n, _ in nc), default=0))
-    ci = cluster_bootstrap_ci([sum(r) for r in rewards], [len(r) for r in rewards], n_boot=n_boot, seed=seed)
-    if nc and len({n for n, _ in nc}) == 1 and all(sum(r) == c for r, (_, c) in zip(rewards, nc, strict=True)):
+    sums = [sum(r) for r in rewards]
+    ci = cluster_bootstrap_ci(sums, [len(r) for r in rewards], n_boot=n_boot, seed=seed)
+    if nc and len({n for n, _ in nc}) == 1 and all(s == c for s, (_, c) in zip(sums, nc, strict=True)):
         p1_ci = ci  # 0/1 rewards that equal pass, same rollouts per task: the very same resampled statistic
     else:
         p1_ci = pass_at_1_ci(nc, n_boot=n_boot, seed=seed)
-    has_answers = any(r.verdict is not None and r.verdict.answer is not None
-                      for u in scored_units for r in u.scored)
     majority: dict[str, float | None] | None = None
     if has_answers:
-        samples = [([r.verdict.answer if r.verdict is not None else None for r in u.scored],
-                     [r.verdict is not None and r.verdict.is_pass() for r in u.scored]) for u in scored_units]
         majority = {str(k): _mean([majority_at_k(a, p, k) for a, p in samples]) for k in ks}
     return {
         "n_tasks": len({(env, task_id) for env, _, _, task_id in units}),
@@ -131,7 +164,7 @@ def _block(units: dict[UnitKey, _Unit], n_expected: int | None, covered: int,
         "n_failed": dict(sorted(failed.items())),
         "n_expected": n_expected,
         "coverage": (covered / n_expected) if n_expected else None,
-        "mean_reward": (sum(sum(r) for r in rewards) / n_scored) if n_scored else None,
+        "mean_reward": (sum(sums) / n_scored) if n_scored else None,
         "reward_ci95": list(ci) if ci is not None else None,
         "pass_at_1_ci95": list(p1_ci) if p1_ci is not None else None,
         "pass_at_k": {str(k): _mean([pass_at_k(n, c, k) for n, c in nc]) for k in ks},
@@ -153,7 +186,8 @@ def compute_metrics(
     ``expected`` maps ``(env, task_id)`` to the number of repeats requested for that task.
     """
     effective, invalid = _effective(rollouts)
-    effective.sort(key=lambda r: (r.env, r.task_id, r.repeat, r.agent, r.model))
+    effective.sort(key=attrgetter("env", "task_id", "repeat", "agent", "model"))
+    label_of = _Labels(group_by)
     overall: dict[UnitKey, _Unit] = {}
     groups: dict[str, dict[UnitKey, _Unit]] = {}
     # Per unit: slots seen and slots scored, for coverage.
@@ -162,13 +196,13 @@ def compute_metrics(
     unit_group: dict[UnitKey, str] = {}
     for r in effective:
         unit = (r.env, r.agent, r.model, r.task_id)
-        label = _group_label(r, group_by)
+        label = label_of(r)
         unit_group[unit] = label
         seen[unit] += 1
         ok = _is_scored(r)
         scored[unit] += ok
-        for units in (overall, groups.setdefault(label, {})):
-            u = units.setdefault(unit, _Unit())
+        for units in (overall, groups.get(label) or groups.setdefault(label, {})):
+            u = units.get(unit) or units.setdefault(unit, _Unit())
             (u.scored if ok else u.failed).append(r)
 
     expected = expected or {}

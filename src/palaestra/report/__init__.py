@@ -7,6 +7,6 @@ Kept cheap to import: the collector calls ``write_report`` at the end of every r
 from __future__ import annotations
 
 from palaestra.report.rundata import ReportError
-from palaestra.report.static import build_report, write_report
+from palaestra.report.static import TranscriptCache, build_report, write_report
 
-__all__ = ["ReportError", "build_report", "write_report"]
+__all__ = ["ReportError", "TranscriptCache", "build_report", "write_report"]

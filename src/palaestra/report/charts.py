@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from bisect import bisect_right
+from bisect import bisect_left
 from collections.abc import Sequence
 from html import escape
 
@@ -127,6 +127,16 @@ def _integer_edges(values: Sequence[float]) -> list[float] | None:
     return [lo - 0.5 + i for i in range(int(hi - lo) + 2)]
 
 
+def bin_counts(values: Sequence[float], edges: Sequence[float]) -> list[int]:
+    """How many values fall in each bin ``[edges[i], edges[i+1])``; values below the first edge count in
+    the first bin and values from the last edge on in the last one. Found by bisecting the sorted values
+    once per edge rather than the edges once per value: a report draws nine histograms of every rollout."""
+    ordered = sorted(values)
+    below = [bisect_left(ordered, e) for e in edges[1:-1]]  # values under each inner edge
+    bounds = [0, *below, len(ordered)]
+    return [bounds[i + 1] - bounds[i] for i in range(len(edges) - 1)]
+
+
 def histogram(values: Sequence[float], *, title: str, xlabel: str = "", bins: int = 20,
               edges: Sequence[float] | None = None, log: bool | None = None, color: str = PALETTE[0],
               width: int = 360, height: int = 200, unit: str = "") -> str:
@@ -141,9 +151,7 @@ def histogram(values: Sequence[float], *, title: str, xlabel: str = "", bins: in
         edges, log = _bins(values, bins, log)
     edges = list(edges)
     label_of = fmt_s if unit == "s" else fmt
-    counts = [0] * (len(edges) - 1)
-    for v in values:
-        counts[max(0, min(len(counts) - 1, bisect_right(edges, v) - 1))] += 1
+    counts = bin_counts(values, edges)
     ml, mr, mt, mb = 42, 16, 22, 34
     x0, x1, y0, y1 = ml, width - mr, height - mb, mt
     top, step = nice_top(max(counts), integer=True)

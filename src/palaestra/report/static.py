@@ -26,7 +26,7 @@ from palaestra.rollout.compact import CompactError, RunTasks, expand_record
 if TYPE_CHECKING:  # only a type here: importing the report stays cheap (report/__init__.py)
     from palaestra.rollout.results import JournalRead
 
-__all__ = ["DEFAULT_DETAIL_BYTES", "build_report", "write_report"]
+__all__ = ["DEFAULT_DETAIL_BYTES", "TranscriptCache", "build_report", "write_report"]
 
 DEFAULT_DETAIL_BYTES = 12_000_000
 
@@ -40,25 +40,59 @@ def _priority(row: Row) -> int:
     return 4
 
 
-def _details(records: Iterable[tuple[int, Mapping[str, Any] | None]], budget: int
-             ) -> tuple[dict[str, orjson.Fragment], int]:
-    """Transcripts of ``records`` (in priority order) until ``budget`` bytes of them are embedded.
+def _encoded(seq: int, record: Mapping[str, Any] | None) -> bytes | None:
+    """The transcript of ``record`` as the page embeds it; None when there is none to show."""
+    if record is None:
+        return None
+    try:
+        return orjson.dumps(rollout_detail(record, seq), option=orjson.OPT_NON_STR_KEYS)
+    except (ValueError, TypeError):  # TypeError: orjson's JSONEncodeError (a value JSON cannot hold)
+        return None
 
-    Each is serialised once, to know its size, and embedded as that JSON (``orjson.Fragment``): the page's
-    data is not encoded a second time."""
+
+class TranscriptCache:
+    """Transcripts encoded while the end of a run reads its journal back, up to the report's size budget.
+
+    The read-back expands every record once to check it; encoding its transcript there spares the report
+    a second expansion of the same record (a tenth of the end of a run). It is only a cache: the report
+    picks its transcripts as it would without it, and encodes any it does not hold. Beyond the budget it
+    holds nothing more, so its memory is bounded however long the run."""
+
+    def __init__(self, budget: int = DEFAULT_DETAIL_BYTES):
+        self.budget = budget
+        self.used = 0
+        self.encoded: dict[int, bytes] = {}
+
+    def add(self, seq: int, record: Mapping[str, Any]) -> None:
+        if self.used >= self.budget:
+            return
+        try:
+            blob = _encoded(seq, record)
+        except Exception:  # a report bug must not cost the run its read-back (the report tries it again)
+            blob = None
+        if blob is None:
+            return
+        if self.used + len(blob) > self.budget:
+            self.used = self.budget  # full: later transcripts are encoded by the report, if it picks them
+            return
+        self.encoded[seq] = blob
+        self.used += len(blob)
+
+
+def _details(encoded: Iterable[tuple[int, bytes | None]], budget: int) -> tuple[dict[str, orjson.Fragment], int]:
+    """Transcripts (in priority order, already encoded) until ``budget`` bytes of them are embedded.
+
+    Each is embedded as the JSON it was encoded to (``orjson.Fragment``): the page's data is not encoded
+    a second time."""
     details: dict[str, orjson.Fragment] = {}
     used = 0
-    for seq, record in records:
-        if record is None:
+    for seq, blob in encoded:
+        if blob is None:
             continue
-        try:
-            encoded = orjson.dumps(rollout_detail(record, seq), option=orjson.OPT_NON_STR_KEYS)
-        except (ValueError, TypeError):  # TypeError: orjson's JSONEncodeError (a value JSON cannot hold)
-            continue
-        if used + len(encoded) > budget and details:
+        if used + len(blob) > budget and details:
             break
-        details[str(seq)] = orjson.Fragment(encoded)
-        used += len(encoded)
+        details[str(seq)] = orjson.Fragment(blob)
+        used += len(blob)
     return details, used
 
 
@@ -76,34 +110,42 @@ def _rows_of(records: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
-def _read_details(info: RunInfo, read: JournalRead, order: list[int]
-                  ) -> Iterator[tuple[int, Mapping[str, Any] | None]]:
-    """Records of ``read`` by seq, expanded as the viewer's index expands them (a task missing from
-    tasks.jsonl reads as a placeholder); one that cannot be expanded at all is left out."""
+def _read_details(info: RunInfo, read: JournalRead, order: list[int], cache: TranscriptCache | None
+                  ) -> Iterator[tuple[int, bytes | None]]:
+    """Transcripts of ``read``'s records by seq: from ``cache`` where it holds one, else expanded as the
+    viewer's index expands them (a task missing from tasks.jsonl reads as a placeholder) and encoded; a
+    record that cannot be expanded at all has none."""
     tasks = RunTasks(info.run_dir / TASKS)
+    held = cache.encoded if cache is not None else {}
     for seq in order:
+        blob = held.get(seq)
+        if blob is not None:
+            yield seq, blob
+            continue
         try:
-            yield seq, expand_record(read.records[seq], tasks, strict=False)
+            yield seq, _encoded(seq, expand_record(read.records[seq], tasks, strict=False))
         except CompactError:
             yield seq, None
 
 
 def build_report(info: RunInfo, *, max_detail_bytes: int = DEFAULT_DETAIL_BYTES,
-                 journal: JournalRead | None = None) -> str:
+                 journal: JournalRead | None = None, transcripts: TranscriptCache | None = None) -> str:
     """The report page of a run as a string.
 
     ``journal``: the journal as the caller already read it (``rollout.results.read_run_journal``, which
-    the end of a run shares with metrics.json), so it is not read and expanded a second time; without it
-    the journal is read here, through the viewer's index."""
+    the end of a run shares with metrics.json), so it is not read and expanded a second time, and
+    ``transcripts`` what that read-back encoded of it; without ``journal`` the journal is read here,
+    through the viewer's index."""
+    detail_source: Iterable[tuple[int, bytes | None]]
     if journal is not None:
         rows = _rows_of(journal.records)
         problems = journal.problems
-        detail_source = _read_details(info, journal, _priority_order(rows))
+        detail_source = _read_details(info, journal, _priority_order(rows), transcripts)
     else:
         index = JournalIndex(info.journal)
         index.advance()
         rows, problems = index.rows, index.problems
-        detail_source = index.read_records(_priority_order(rows))
+        detail_source = ((seq, _encoded(seq, rec)) for seq, rec in index.read_records(_priority_order(rows)))
     metrics = run_metrics(info, rows, journal_problems=problems)
     groups: dict[str, int] = {}
     json_rows = [r.to_json(groups) for r in rows]
@@ -127,15 +169,15 @@ def build_report(info: RunInfo, *, max_detail_bytes: int = DEFAULT_DETAIL_BYTES,
 
 
 def write_report(run_dir: Path, *, out: Path | None = None, max_detail_bytes: int = DEFAULT_DETAIL_BYTES,
-                 journal: JournalRead | None = None) -> Path:
+                 journal: JournalRead | None = None, transcripts: TranscriptCache | None = None) -> Path:
     """Write ``RUN_DIR/report.html`` (or ``out``) atomically and return its path.
 
     Called at the end of every ``eval run``; safe on a run in progress or killed half-way (it reports what
-    the journal holds). Raises ReportError when ``run_dir`` is not a run directory. ``journal``: see
+    the journal holds). Raises ReportError when ``run_dir`` is not a run directory. ``journal`` and ``transcripts``: see
     ``build_report``.
     """
     info = load_run_info(run_dir)
-    html = build_report(info, max_detail_bytes=max_detail_bytes, journal=journal)
+    html = build_report(info, max_detail_bytes=max_detail_bytes, journal=journal, transcripts=transcripts)
     target = Path(out) if out is not None else Path(run_dir) / REPORT
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")

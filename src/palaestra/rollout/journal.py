@@ -138,13 +138,14 @@ def read_journal(path: str | os.PathLike[str], *, missing_ok: bool = False,
     bad: tuple[int, str] | None = None  # an invalid line is "torn" only if no other line follows it
     with p.open("rb") as f:
         for lineno, raw in enumerate(f, 1):
-            if raw.strip() and bad is not None:
+            blank = raw.isspace() or not raw  # (not raw.strip(), without copying the line twice)
+            if not blank and bad is not None:
                 problems.append(f"{p}:{bad[0]}: invalid JSON ({bad[1]}); line skipped")
                 bad = None
             if not raw.endswith(b"\n"):
                 problems.append(f"{p}:{lineno}: torn last line ({len(raw)} bytes, no trailing newline) "
                                 "dropped: a crash interrupted its append, so it was never acknowledged")
-            elif raw.strip():
+            elif not blank:
                 try:
                     obj = orjson.loads(raw)
                 except orjson.JSONDecodeError as exc:

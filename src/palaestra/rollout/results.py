@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,19 +57,26 @@ class JournalRead:
     invalid: list[str] = field(default_factory=list)
 
 
-def read_run_journal(path: Path) -> JournalRead:
+def read_run_journal(path: Path, *, on_expanded: Callable[[int, dict[str, Any]], None] | None = None
+                     ) -> JournalRead:
     """Read the journal at ``path`` once: every record parsed, expanded and validated as a Rollout (a
-    record read back is always checked; none is trusted for having been written by this process)."""
+    record read back is always checked; none is trusted for having been written by this process).
+
+    ``on_expanded(seq, record)`` sees each record that expands, with its index in ``records``, before the
+    expanded form is dropped: the end of a run encodes report transcripts there instead of expanding
+    every record a second time."""
     lines: list[int] = []
     records, problems = read_journal(path, missing_ok=True, lines=lines)
     out = JournalRead(records=records, problems=problems)
     tasks = RunTasks(path.parent / rundir.TASKS)  # compact records reference their task's input
-    for lineno, r in zip(lines, records, strict=True):
+    for seq, (lineno, r) in enumerate(zip(lines, records, strict=True)):
         try:
             full = expand_record(r, tasks)
         except CompactError as exc:
             out.invalid.append(f"{path}:{lineno}: cannot be expanded ({exc}); line skipped")
             continue
+        if on_expanded is not None:
+            on_expanded(seq, full)
         try:
             out.rollouts.append(Rollout.model_validate(full))
         except ValueError as exc:

@@ -75,6 +75,8 @@ _MARKUP = re.compile(r"[*_`$]")
 
 def _unwrap(text: str) -> str:
     """Drop LaTeX text wrappers (nested ones too: ``\\textbf{\\text{C}}``)."""
+    if "\\" not in text:  # every wrapper starts with a backslash: most texts have none, and skip the regex
+        return text
     for _ in range(4):
         unwrapped = _LATEX_WRAP.sub(r"\1", text)
         if unwrapped == text:
@@ -123,6 +125,11 @@ _AFTER_WORD = re.compile(r"\s+([a-z]+)")
 _NEGATED = re.compile(r"(?i:\bnot|\bthan|\binstead\s+of|\bexcept|\bexcluding|\bisn'?t|\bover)\s*[(\[*]*$")
 
 
+# The only non-ASCII characters that ``re.IGNORECASE`` matches to an ASCII one: dotted and dotless I,
+# the long s and the Kelvin sign (tests/envs/test_mcqa_extraction.py checks every code point).
+_ASCII_FOLDS = frozenset("\u0130\u0131\u017f\u212a")
+
+
 def blank_out(text: str, phrase: str) -> str:
     """Every occurrence of ``phrase`` in ``text``, ignoring case, replaced by a space: what
     ``re.sub(re.escape(phrase), " ", text, flags=re.IGNORECASE)`` gives, without compiling a pattern.
@@ -132,8 +139,18 @@ def blank_out(text: str, phrase: str) -> str:
     more than the rest of mcqa's grading. Where both are ASCII, ``str.lower`` keeps every index and
     folds case exactly as ``re.IGNORECASE`` does, so the occurrences are found with ``str.find``,
     leftmost first and without overlap, as ``re.sub`` finds them; other text still goes through ``re``
-    (its Unicode case folding, such as the Kelvin sign matching ``k``, is not ``str.lower``'s)."""
+    (its Unicode case folding, such as the Kelvin sign matching ``k``, is not ``str.lower``'s).
+
+    Two answers need no search at all, so no pattern is compiled for them: a phrase longer than the text
+    (``re.IGNORECASE`` matches one character for one, so a match is as long as the phrase: a short reply
+    like ``B`` never holds an option's text), and ASCII text against a phrase holding a character that
+    no ASCII character matches under ``re.IGNORECASE`` (all but ``_ASCII_FOLDS``: ``H₂O``, ``90°`` and
+    ``α`` are never found in an ASCII reply)."""
+    if len(phrase) > len(text):
+        return text
     if not (text.isascii() and phrase.isascii()) or not phrase:
+        if text.isascii() and any(not c.isascii() and c not in _ASCII_FOLDS for c in phrase):
+            return text
         return re.sub(re.escape(phrase), " ", text, flags=re.IGNORECASE)
     low, key = text.lower(), phrase.lower()
     at = low.find(key)
