@@ -79,7 +79,8 @@ def _tasks(env_name: str, n: int) -> list[Task]:
     return [_distinct_mcqa(t, i) for i, t in enumerate(out)] if env_name == "mcqa" else out
 
 
-def _write_tasks(path: Path, env_name: str, n: int) -> Path:
+def write_case_tasks(path: Path, env_name: str, n: int) -> Path:
+    """The task file of a case: ``n`` rows of ``env_name`` (``_tasks``), written to ``path``."""
     return write_rows(path, _tasks(env_name, n))
 
 
@@ -116,7 +117,7 @@ def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1, mo
                  env_name: str = "mcqa", agent: str | None = None, extra: tuple[str, ...] = ()) -> dict[str, object]:
     """One `palaestra eval run` as a child process: wall time, its CPU and peak RSS from wait4."""
     with tempfile.TemporaryDirectory() as tmp:
-        tasks = _write_tasks(Path(tmp) / "tasks.jsonl", env_name, n)
+        tasks = write_case_tasks(Path(tmp) / "tasks.jsonl", env_name, n)
         cmd = [sys.executable, "-m", "palaestra.cli.main", "eval", "run", "--input", str(tasks), "-q",
                "--model", model or f"scripted:oracle?latency_ms={latency_ms}", "-c", str(concurrency),
                "-k", str(repeats), *(["--agent", agent] if agent else []), *extra,
@@ -174,7 +175,7 @@ def http_case(latency_ms: int, concurrency: int, n: int) -> dict[str, object]:
     Only the eval process is measured (wait4), as NeMo Gym's figure counts its own processes and not the
     fake model's: this is the runtime's cost per rollout when a real model server sits at the other end."""
     with tempfile.TemporaryDirectory() as d, \
-            model_server(latency_ms, tasks=_write_tasks(Path(d) / "known.jsonl", "mcqa", n)) as url:
+            model_server(latency_ms, tasks=write_case_tasks(Path(d) / "known.jsonl", "mcqa", n)) as url:
         case = collect_case(latency_ms, concurrency, n, model=url)
     return {**case, "bench": "collect_http"}
 
@@ -223,7 +224,7 @@ class FloorCase:
     extra: tuple[str, ...] = ()
 
 
-def _floor_prompts(path: Path, env_name: str, n: int) -> None:
+def floor_prompts(path: Path, env_name: str, n: int) -> None:
     """The rows the floor client sends: each task's prompt (and, for ``code``, its tests)."""
     env = load_env(env_name)
     with path.open("w") as fh:
@@ -248,13 +249,13 @@ def floor_case(n: int, rounds: int, concurrency: int = 64, code_n: int | None = 
     floors: dict[bool, list[float]] = {False: [], True: []}
     runs: dict[str, list[dict[str, object]]] = {k: [] for k in cases}
     with tempfile.TemporaryDirectory() as d, \
-            model_server(0, ("workplace", "code"), _write_tasks(Path(d) / "known.jsonl", "mcqa", n)) as url:
+            model_server(0, ("workplace", "code"), write_case_tasks(Path(d) / "known.jsonl", "mcqa", n)) as url:
         tmp = Path(d)
         # each floor runs on the prompts, size and concurrency of the case it is set against
         floor_of = {False: cases["single_turn"], True: cases["sandboxed_code"]}
         prompts = {code: tmp / f"{case.env}-prompts.jsonl" for code, case in floor_of.items()}
         for code, case in floor_of.items():
-            _floor_prompts(prompts[code], case.env, case.n)
+            floor_prompts(prompts[code], case.env, case.n)
         for _ in range(rounds):
             for code, case in floor_of.items():
                 full_s = floor_run(url, prompts[code], case.n, case.concurrency, tmp, code=code)

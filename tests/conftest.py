@@ -66,6 +66,7 @@ CAPABILITIES: dict[str, str] = {
     "mlflow": "the [mlflow] extra",
     "wandb": "the [wandb] extra",
     "python3.11": "Python >= 3.11",
+    "valgrind": "valgrind, which bench/instructions.py counts instructions with (.ci/setup-bench.sh)",
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.timeout(WAIT_S + 60)
 # Knobs the scripts read from the environment: a caller's own values must not leak into the smoke sizes.
 KNOBS = ("N", "ENV", "COLLECT_N", "IN_FLIGHT", "ROLLOUTS", "LATENCY_MS", "CONCURRENCY", "WORKERS", "PLACEMENT",
          "FAILURE_RATE", "FLOOR_N", "ROUNDS", "IDLE", "CONC", "MAX_CONC",
-         "RAY")
+         "RAY", "CASES")
 
 
 def _modules(*names: str) -> Callable[[], str | None]:
@@ -60,6 +61,8 @@ class Case:
 
 CASES: dict[str, Case] = {
     "fault_trials": Case("fault_trials.py", ["1", "--seed", "7"]),
+    "instructions": Case("instructions.py", ["--tiny"], capability="valgrind",
+                         missing=lambda: None if shutil.which("valgrind") else "valgrind not installed"),
     "fuzz_long": Case("fuzz_long.py", ["--tiny", "tests/fuzz/test_journal_lines.py"]),
     "load": Case("load.py", [], {"IN_FLIGHT": "4", "ROLLOUTS": "8", "LATENCY_MS": "20"}),
     "load_failing": Case("load.py", [], {"IN_FLIGHT": "4", "ROLLOUTS": "8", "LATENCY_MS": "20", "FAILURE_RATE": "1"}),
@@ -187,6 +190,18 @@ def test_overhead_http(started: dict[str, Started | str]) -> None:
     assert fig["bench"] == "collect_http" and fig["ok"] is True and "error" not in fig
     assert fig["rollouts"] == 8 and fig["mean_reward"] == 1.0
     assert fig["cpu_ms_per_rollout"] > 0 and fig["peak_rss_mb"] > 0
+
+
+def test_instructions(started: dict[str, Started | str]) -> None:
+    [fig] = figures(started, "instructions")
+    assert fig["bench"] == "instructions" and fig["rollouts"] == 20 and fig["tool"].startswith("valgrind")
+    assert fig["floor_instructions_per_rollout"] > 0
+    case = fig["single_turn"]
+    assert case["env"] == "mcqa" and case["mean_reward"] == 1.0 and case["model_calls_per_rollout"] == 1.0
+    assert case["instructions_per_rollout"] > 0
+    assert case["x_floor"] == pytest.approx(case["instructions_per_rollout"] / fig["floor_instructions_per_rollout"],
+                                            abs=0.01)
+    assert "multi_turn" not in fig  # --tiny counts single-turn only
 
 
 def test_overhead_floor(started: dict[str, Started | str]) -> None:
