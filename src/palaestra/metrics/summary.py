@@ -68,7 +68,7 @@ def _effective(rollouts: Iterable[Rollout | Mapping[str, Any]]) -> tuple[list[Ro
             invalid.append(f"record {seq + 1}: not a Rollout ({where}: {first['msg']})")
             continue
         slot = (r.env, r.agent, r.model, r.task_id, r.repeat)
-        rank = (1 if r.outcome.status == "scored" and r.verdict is not None else 0, r.attempt, seq)
+        rank = (1 if _is_scored(r) else 0, r.attempt, seq)
         held = best.get(slot)
         if held is None or rank > held[0]:
             best[slot] = (rank, r)
@@ -201,8 +201,10 @@ def compute_metrics(
         seen[unit] += 1
         ok = _is_scored(r)
         scored[unit] += ok
-        for units in (overall, groups.get(label) or groups.setdefault(label, {})):
-            u = units.get(unit) or units.setdefault(unit, _Unit())
+        for units in (overall, groups.setdefault(label, {})):
+            u = units.get(unit)
+            if u is None:  # (not setdefault: that would build a _Unit per rollout only to drop it)
+                u = units[unit] = _Unit()
             (u.scored if ok else u.failed).append(r)
 
     expected = expected or {}
