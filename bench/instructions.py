@@ -29,7 +29,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from overhead import BASE, floor_prompts, model_server, write_case_tasks  # bench/ is on sys.path
+from overhead import (  # bench/ is on sys.path
+    BASE,
+    check_floor_journal,
+    floor_command,
+    floor_prompts,
+    model_calls,
+    model_server,
+    write_case_tasks,
+)
 
 VALGRIND = ("valgrind", "--tool=cachegrind", "--cache-sim=no")
 CASES = {"single_turn": ("mcqa", "single"), "multi_turn": ("workplace", "tool")}
@@ -57,21 +65,17 @@ def eval_run(url: str, tasks: Path, agent: str, concurrency: int, tmp: Path) -> 
     ir = counted([sys.executable, "-m", "palaestra.cli.main", "eval", "run", "--input", str(tasks), "-q",
                   "--model", url, "-c", str(concurrency), "--agent", agent, "--out", str(run)], tmp)
     metrics = json.loads((run / "metrics.json").read_text())
-    with (run / "rollouts.jsonl").open() as journal:
-        records = [json.loads(line) for line in journal]
-    calls = sum(len(r["trajectory"]["model_calls"]) for r in records) / len(records)
-    return ir, {"mean_reward": metrics["overall"]["mean_reward"], "model_calls_per_rollout": round(calls, 3)}
+    with (run / "rollouts.jsonl").open("rb") as journal:
+        rollouts = sum(1 for _ in journal)
+    return ir, {"mean_reward": metrics["overall"]["mean_reward"],
+                "model_calls_per_rollout": round(model_calls(run) / rollouts, 3)}
 
 
 def floor_run(url: str, prompts: Path, n: int, concurrency: int, tmp: Path) -> int:
     """Instructions of one floor client run (bench/floor_client.py) of the first ``n`` prompts."""
     journal = tmp / "floor.jsonl"
-    journal.unlink(missing_ok=True)
-    ir = counted([sys.executable, str(Path(__file__).with_name("floor_client.py")), url, str(prompts), str(n),
-                  str(concurrency), str(journal)], tmp)
-    with journal.open("rb") as fh:
-        if sum(1 for _ in fh) != n:
-            raise SystemExit("the floor client's journal lacks records")
+    ir = counted(floor_command(url, prompts, n, concurrency, journal), tmp)
+    check_floor_journal(journal, n)
     return ir
 
 

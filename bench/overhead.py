@@ -128,10 +128,7 @@ def collect_case(latency_ms: int, concurrency: int, n: int, repeats: int = 1, mo
         wall = time.perf_counter() - t0
         err = proc.stderr.read().decode()[-500:] if proc.stderr else ""
         metrics = json.loads((Path(tmp) / "run" / "metrics.json").read_text()) if status == 0 else {}
-        calls = 0
-        if status == 0:
-            with (Path(tmp) / "run" / "rollouts.jsonl").open() as journal:
-                calls = sum(len(json.loads(line)["trajectory"]["model_calls"]) for line in journal)
+        calls = model_calls(Path(tmp) / "run") if status == 0 else 0
     total = n * repeats
     cpu = ru.ru_utime + ru.ru_stime
     ideal = total * latency_ms / 1000 / min(concurrency, total) if latency_ms else None
@@ -186,22 +183,40 @@ def _num(value: object) -> float:
     return float(value)
 
 
+def model_calls(run_dir: Path) -> int:
+    """Model calls recorded in a run's journal (every attempt's)."""
+    with (run_dir / "rollouts.jsonl").open() as journal:
+        return sum(len(json.loads(line)["trajectory"]["model_calls"]) for line in journal)
+
+
+def floor_command(url: str, prompts: Path, n: int, concurrency: int, out: Path) -> list[str]:
+    """The command of one floor client run (bench/floor_client.py) of the first ``n`` prompts, journaling to
+    ``out`` (removed first, so its lines are this run's)."""
+    out.unlink(missing_ok=True)
+    return [sys.executable, str(Path(__file__).with_name("floor_client.py")), url, str(prompts), str(n),
+            str(concurrency), str(out)]
+
+
+def check_floor_journal(out: Path, n: int) -> None:
+    """SystemExit unless the floor client journaled all ``n`` records to ``out``."""
+    with out.open("rb") as fh:
+        if sum(1 for _ in fh) != n:
+            raise SystemExit("the floor client's journal lacks records")
+
+
 def floor_run(url: str, prompts: Path, n: int, concurrency: int, tmp: Path, *, code: bool = False) -> float:
     """CPU seconds of one floor client run (bench/floor_client.py) of ``n`` rollouts, from wait4. ``code``:
     every answer must also pass its tests (the oracle's do), as every Palaestra case must score 1.0."""
     out = tmp / f"floor-{n}.jsonl"
-    out.unlink(missing_ok=True)
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("floor_client.py")), url, str(prompts),
-                             str(n), str(concurrency), str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(floor_command(url, prompts, n, concurrency, out), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
     _, status, ru = os.wait4(proc.pid, 0)
     answer = proc.stdout.read().decode() if proc.stdout else ""
     done = json.loads(answer or "{}")
     if status != 0 or done.get("answered") != n or (code and done.get("passed") != n):
         err = proc.stderr.read().decode()[-800:] if proc.stderr else ""
         raise SystemExit(f"the floor client failed: {answer[-300:]} {err}")
-    with out.open("rb") as fh:
-        if sum(1 for _ in fh) != n:
-            raise SystemExit("the floor client's journal lacks records")
+    check_floor_journal(out, n)
     return ru.ru_utime + ru.ru_stime
 
 
