@@ -100,6 +100,10 @@ def measure(n: int, cases: list[str], concurrency: int = 64) -> dict[str, object
                 ir_big, facts = eval_run(url, big, agent, concurrency, tmp)
                 ir_small, _ = eval_run(url, small, agent, 1, tmp)
                 per = (ir_big - ir_small) / (n - BASE)
+                if per <= 0:  # a thread that spins while the run waits makes the count follow the clock
+                    raise SystemExit(f"{key}: {n} rollouts counted {ir_big:,} instructions, {BASE} counted "
+                                     f"{ir_small:,}: the count depends on something besides the rollouts "
+                                     "(a thread spinning while the run waits?); compare the two with cg_diff")
                 calls = facts["model_calls_per_rollout"]
                 line[key] = {"env": env_name, "agent": agent, "instructions_per_rollout": round(per),
                              "x_floor": round(per / floor, 2),

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
+from palaestra.metrics.blas import single_threaded_blas
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -144,7 +146,8 @@ def cluster_bootstrap_ci(
     if n == 1:  # every resample draws the one task: the statistic cannot move
         only = float(sums[0]) / float(counts[0])
         return (only, only)
-    import numpy as np
+    with single_threaded_blas():
+        import numpy as np
 
     s = np.asarray(sums, dtype=np.float64)
     c = np.asarray(counts, dtype=np.float64)

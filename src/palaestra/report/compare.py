@@ -22,12 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from palaestra.metrics.blas import single_threaded_blas
 from palaestra.metrics.usage import as_count, model_usage
 from palaestra.report.index import JournalIndex
 from palaestra.report.overview import compute_run_metrics
 from palaestra.report.rundata import ReportError, load_run_info, stored_metrics
+
+with single_threaded_blas():
+    import numpy as np
 
 __all__ = ["Comparison", "ModelSpend", "RunScores", "RunSpend", "TaskDiff", "compare_runs", "holm",
            "paired_bootstrap_ci", "run_names", "run_scores", "run_spend", "runs_spend", "sign_flip_p"]
