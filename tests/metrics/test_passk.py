@@ -125,3 +125,46 @@ def test_bootstrap_on_thousands_of_tasks_finishes() -> None:
     sums = [float(rng.randint(0, 8)) for _ in range(3000)]
     ci = cluster_bootstrap_ci(sums, [8] * 3000)
     assert ci is not None and ci[1] - ci[0] < 0.05
+
+
+def test_resampling_draw_counts_per_distinct_pair_has_the_bootstrap_distribution() -> None:
+    # Four clusters, two of them equal: the exact bootstrap distribution of sum/count enumerates the 4**4
+    # equally likely resamples; drawing counts per distinct pair must reproduce it (fixed seed, 100k draws).
+    import itertools
+
+    import numpy as np
+
+    from palaestra.metrics.passk import _resample_pairs
+
+    sums, counts = [2.0, 2.0, 0.0, 3.0], [2.0, 2.0, 1.0, 3.0]
+    exact: dict[float, float] = {}
+    for draw in itertools.product(range(4), repeat=4):
+        stat = round(sum(sums[i] for i in draw) / sum(counts[i] for i in draw), 9)
+        exact[stat] = exact.get(stat, 0.0) + 1 / 4**4
+    pairs, weights = np.unique(np.column_stack((sums, counts)), axis=0, return_counts=True)
+    assert len(pairs) == 3
+    stats = _resample_pairs(np.random.default_rng(0), pairs, weights, 4, 100_000)
+    values, seen = np.unique(np.round(stats, 9), return_counts=True)
+    assert set(values.tolist()) <= set(exact)
+    for value, times in zip(values.tolist(), seen.tolist()):
+        assert abs(times / 100_000 - exact[value]) < 0.005, value
+
+
+def test_the_interval_is_the_same_whichever_way_the_resamples_are_drawn() -> None:
+    # 0/1 rewards over 2,000 tasks (3 distinct pairs: the draw-count path) against the cluster-index path on
+    # the same data: with 20,000 resamples each, the two percentile intervals agree to well under their width.
+    import numpy as np
+
+    from palaestra.metrics.passk import _FEW_PAIRS, _resample_clusters
+
+    rng = random.Random(5)
+    sums = [float(rng.choice([0, 1, 1, 2])) for _ in range(2000)]
+    counts = [2.0] * 2000
+    assert 3 * _FEW_PAIRS <= 2000  # so cluster_bootstrap_ci takes the draw-count path here
+    fast = cluster_bootstrap_ci(sums, counts, n_boot=20_000, seed=1)
+    slow = np.quantile(_resample_clusters(np.random.default_rng(1), np.asarray(sums), np.asarray(counts), 20_000),
+                       [0.025, 0.975])
+    assert fast is not None
+    width = fast[1] - fast[0]
+    assert 0.02 < width < 0.05
+    assert abs(fast[0] - slow[0]) < 0.1 * width and abs(fast[1] - slow[1]) < 0.1 * width

@@ -133,6 +133,11 @@ def cluster_bootstrap_ci(
     pre-summed total and count, so a resample costs O(tasks); numpy draws all B resamples at once.
     For a per-task mean (e.g. pass@1 averaged over tasks) pass each task's mean with a count of 1.
     Returns None when there is nothing to resample.
+
+    A resample's statistic depends only on how often it drew each distinct (sum, count) pair, and those
+    draw counts are multinomial. With 0/1 rewards there are at most K + 1 distinct pairs however many
+    tasks there are, so when the pairs are few (``_FEW_PAIRS``) the draw counts are sampled directly:
+    the same distribution, at O(pairs) per resample instead of O(tasks) (2,000 tasks: ~1 ms, not ~20).
     """
     if len(sums) != len(counts):
         raise ValueError(f"sums ({len(sums)}) and counts ({len(counts)}) must have the same length")
@@ -152,20 +157,11 @@ def cluster_bootstrap_ci(
     s = np.asarray(sums, dtype=np.float64)
     c = np.asarray(counts, dtype=np.float64)
     rng = np.random.default_rng(seed)
-    parts: list[np.ndarray] = []
-    rows = max(1, 1_000_000 // n)  # resample in blocks: memory stays ~16 MB however many tasks
-    same_count = bool(np.all(c == c[0]))  # the usual case (K repeats each): every draw's total is n*c0
-    for start in range(0, n_boot, rows):
-        idx = rng.integers(0, n, size=(min(rows, n_boot - start), n), dtype=np.int32 if n < 2**31 else np.int64)
-        drawn = s[idx].sum(axis=1)
-        if same_count:
-            if c[0] > 0:
-                parts.append(drawn / (n * c[0]))
-            continue
-        total = c[idx].sum(axis=1)
-        ok = total > 0  # a draw of only zero-count clusters is degenerate: skip it
-        parts.append(drawn[ok] / total[ok])
-    stats = np.concatenate(parts) if parts else np.empty(0)
+    pairs, weights = np.unique(np.column_stack((s, c)), axis=0, return_counts=True)
+    if len(pairs) * _FEW_PAIRS <= n:
+        stats = _resample_pairs(rng, pairs, weights, n, n_boot)
+    else:
+        stats = _resample_clusters(rng, s, c, n_boot)
     if stats.size == 0:
         return None
     alpha = 1.0 - confidence
@@ -193,3 +189,41 @@ def pass_at_1_ci(
     """CI of pass@1 (the mean over tasks of c/n), clustered by task. Tasks with n=0 are ignored."""
     rates = [c / n for n, c in n_c_per_task if n > 0]
     return cluster_bootstrap_ci(rates, [1] * len(rates), n_boot=n_boot, seed=seed, confidence=confidence)
+
+
+# The multinomial draw costs ~1 µs per distinct pair and resample, the index draw ~20 ns per task and
+# resample: count the pairs' draws directly when there are at most 1/64 as many pairs as tasks.
+_FEW_PAIRS = 64
+
+
+def _resample_pairs(rng: np.random.Generator, pairs: np.ndarray, weights: np.ndarray, n: int,
+                    n_boot: int) -> np.ndarray:
+    """Bootstrap statistics from draw counts: each resample draws ``n`` clusters, ``weights[j]`` of which
+    hold the pair ``pairs[j]`` (a sum and a count), so its counts per pair are Multinomial(n, weights / n)."""
+
+    drawn = rng.multinomial(n, weights / n, size=n_boot)
+    total = (drawn * pairs[:, 1]).sum(axis=1)
+    ok = total > 0  # a draw of only zero-count clusters is degenerate: skip it
+    result: np.ndarray = (drawn[ok] * pairs[:, 0]).sum(axis=1) / total[ok]
+    return result
+
+
+def _resample_clusters(rng: np.random.Generator, s: np.ndarray, c: np.ndarray, n_boot: int) -> np.ndarray:
+    """Bootstrap statistics from drawn cluster indices: ``n_boot`` resamples of the ``len(s)`` clusters."""
+    import numpy as np
+
+    n = len(s)
+    parts: list[np.ndarray] = []
+    rows = max(1, 1_000_000 // n)  # resample in blocks: memory stays ~16 MB however many tasks
+    same_count = bool(np.all(c == c[0]))  # the usual case (K repeats each): every draw's total is n*c0
+    for start in range(0, n_boot, rows):
+        idx = rng.integers(0, n, size=(min(rows, n_boot - start), n), dtype=np.int32 if n < 2**31 else np.int64)
+        drawn = s[idx].sum(axis=1)
+        if same_count:
+            if c[0] > 0:
+                parts.append(drawn / (n * c[0]))
+            continue
+        total = c[idx].sum(axis=1)
+        ok = total > 0  # a draw of only zero-count clusters is degenerate: skip it
+        parts.append(drawn[ok] / total[ok])
+    return np.concatenate(parts) if parts else np.empty(0)
