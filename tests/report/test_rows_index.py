@@ -40,6 +40,21 @@ def test_odd_records_do_not_crash_rows() -> None:
     assert not row.scored and row.failure_kind == "unknown"
 
 
+def test_rows_read_odd_values_by_the_general_rules() -> None:
+    long = row_from_record(1, {"outcome": {"status": "failed", "kind": 3, "message": "x" * 500}, "verdict": {},
+                               "repeat": 2.7, "attempt": True, "timings": {"a": 1, "b": True, "c": 2.5, "d": "9"}})
+    assert (long.status, long.kind, long.repeat, long.attempt) == ("failed", "3", 2, 0)
+    assert long.message == "x" * 200 + "…" and long.timings == {"a": 1.0, "c": 2.5}
+    assert (long.reward, long.passed, long.answer) == (None, None, None)  # an empty verdict says nothing
+    odd = row_from_record(2, {"outcome": {"status": "", "message": 5}, "usage": [], "trajectory": {"steps": "3"},
+                              "verdict": {"reward": True, "passed": 1, "answer": 3}})
+    assert (odd.status, odd.message, odd.steps, odd.prompt_tokens) == ("unknown", None, 0, 0)
+    assert (odd.reward, odd.passed, odd.answer) == (None, None, "3")  # a bool is no reward, 1 no verdict
+    fine = row_from_record(3, {"verdict": {"reward": 0.5, "passed": False}, "usage": {"prompt_tokens": 4.9},
+                               "outcome": {"status": "scored"}, "rollout_id": "r", "task_id": "t"})
+    assert (fine.reward, fine.passed, fine.prompt_tokens, fine.rollout_id, fine.task_id) == (0.5, False, 4, "r", "t")
+
+
 @pytest.mark.parametrize(("flt", "expected"), [
     (Filter(), 9),
     (Filter(outcome="passed"), 4),

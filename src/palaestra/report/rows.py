@@ -34,7 +34,13 @@ def _num(value: Any) -> float | None:
 
 
 def _int(value: Any) -> int:
+    if type(value) is int:
+        return value
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def _str(value: Any) -> str:
+    return value if type(value) is str else str(value)
 
 
 @dataclass(slots=True)
@@ -118,35 +124,56 @@ def as_map(value: Any) -> Mapping[str, Any]:
 
 
 def row_from_record(seq: int, rec: Mapping[str, Any]) -> Row:
-    """Reduce a journal dict; tolerant of odd records (a report must not die on one bad line)."""
-    outcome, trajectory = as_map(rec.get("outcome")), as_map(rec.get("trajectory"))
-    verdict = rec.get("verdict") if is_map(rec.get("verdict")) else None
-    usage, timings_raw = as_map(rec.get("usage")), as_map(rec.get("timings"))
-    timings = {str(k): v for k, value in timings_raw.items() if (v := _num(value)) is not None}
+    """Reduce a journal dict; tolerant of odd records (a report must not die on one bad line).
+
+    Runs once per record at the end of every run, so the usual shapes (plain dicts, floats, ints, strs)
+    are read on fast paths; anything else takes the general rule of ``_num``/``_int``/``as_map``."""
+    get = rec.get
+    outcome, trajectory = as_map(get("outcome")), as_map(get("trajectory"))
+    verdict = get("verdict")
+    if not is_map(verdict):
+        verdict = None
+    usage, timings_raw = as_map(get("usage")), as_map(get("timings"))
+    timings: dict[str, float] = {}
+    for k, value in timings_raw.items():
+        if type(value) is float:
+            timings[str(k)] = value
+        elif (v := _num(value)) is not None:
+            timings[str(k)] = v
     message = outcome.get("message")
-    if isinstance(message, str) and len(message) > _MESSAGE_CHARS:
+    if not isinstance(message, str):
+        message = None
+    elif len(message) > _MESSAGE_CHARS:
         message = message[:_MESSAGE_CHARS] + "…"
-    passed = verdict.get("passed") if verdict else None
-    answer = verdict.get("answer") if verdict else None
+    passed = answer = reward = None
+    if verdict is not None:
+        reward = _num(verdict.get("reward"))
+        passed = verdict.get("passed")
+        if not isinstance(passed, bool):
+            passed = None
+        answer = verdict.get("answer")
+        if answer is not None:
+            answer = str(answer)
+    kind = outcome.get("kind")
     return Row(
-        seq=seq,
-        rollout_id=str(rec.get("rollout_id", "")),
-        task_id=str(rec.get("task_id", "")),
-        env=str(rec.get("env", "")),
-        agent=str(rec.get("agent", "")),
-        model=str(rec.get("model", "")),
-        repeat=_int(rec.get("repeat")),
-        attempt=_int(rec.get("attempt")),
-        status=str(outcome.get("status") or "unknown"),
-        kind=str(outcome["kind"]) if outcome.get("kind") is not None else None,
-        message=message if isinstance(message, str) else None,
-        reward=_num(verdict.get("reward")) if verdict else None,
-        passed=passed if isinstance(passed, bool) else None,
-        answer=str(answer) if answer is not None else None,
-        steps=_int(trajectory.get("steps")),
-        prompt_tokens=_int(usage.get("prompt_tokens")),
-        completion_tokens=_int(usage.get("completion_tokens")),
-        timings=timings,
+        seq,
+        _str(get("rollout_id", "")),
+        _str(get("task_id", "")),
+        _str(get("env", "")),
+        _str(get("agent", "")),
+        _str(get("model", "")),
+        _int(get("repeat")),
+        _int(get("attempt")),
+        _str(outcome.get("status") or "unknown"),
+        None if kind is None else _str(kind),
+        message,
+        reward,
+        passed,
+        answer,
+        _int(trajectory.get("steps")),
+        _int(usage.get("prompt_tokens")),
+        _int(usage.get("completion_tokens")),
+        timings,
     )
 
 
