@@ -187,7 +187,8 @@ def scoped_variables(values: Mapping[str, str]) -> Iterator[None]:
     """Set variables that are absent for the length of a block, then remove them again.
 
     Only for third-party libraries that take an option from the environment alone (MLflow's
-    ``MLFLOW_ALLOW_FILE_STORE``); never a Palaestra setting, and nothing outlives the block."""
+    ``MLFLOW_ALLOW_FILE_STORE``, OpenBLAS's thread count at numpy's import); never a Palaestra setting,
+    and nothing outlives the block."""
     added = {k: v for k, v in values.items() if k not in os.environ}
     os.environ.update(added)
     try:

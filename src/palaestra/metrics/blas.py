@@ -13,10 +13,11 @@ only, so subprocesses started later (sandboxes, environment servers) inherit the
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from palaestra.settings import has_variable, scoped_variables
 
 # What OpenBLAS reads for its thread count at load time, in its order of precedence.
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
@@ -25,11 +26,8 @@ THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS
 @contextmanager
 def single_threaded_blas() -> Iterator[None]:
     """Wrap numpy's import in this: OpenBLAS then starts no worker thread (see the module's docstring)."""
-    if "numpy" in sys.modules or any(v in os.environ for v in THREAD_VARIABLES):
+    if "numpy" in sys.modules or any(has_variable(v) for v in THREAD_VARIABLES):
         yield
         return
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    try:
+    with scoped_variables({"OPENBLAS_NUM_THREADS": "1"}):
         yield
-    finally:
-        os.environ.pop("OPENBLAS_NUM_THREADS", None)
