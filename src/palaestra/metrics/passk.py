@@ -200,7 +200,6 @@ def _resample_pairs(rng: np.random.Generator, pairs: np.ndarray, weights: np.nda
                     n_boot: int) -> np.ndarray:
     """Bootstrap statistics from draw counts: each resample draws ``n`` clusters, ``weights[j]`` of which
     hold the pair ``pairs[j]`` (a sum and a count), so its counts per pair are Multinomial(n, weights / n)."""
-
     drawn = rng.multinomial(n, weights / n, size=n_boot)
     total = (drawn * pairs[:, 1]).sum(axis=1)
     ok = total > 0  # a draw of only zero-count clusters is degenerate: skip it
