@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from palaestra.core.errors import InvalidTask
-from palaestra.core.records import Rollout, Task
+from palaestra.core.records import Task
 from palaestra.envs.registry import accepted_options, load_env_class, register_alias, spec_for
 from palaestra.metrics.summary import RunStatus, compute_metrics, run_status
 from palaestra.metrics.usage import model_usage
@@ -59,19 +59,17 @@ def write_metrics(run_dir: Path, tasks: list[Task], repeats: int,
     or ``invalid_records`` (JSON, not a Rollout). ``journal``: the journal as already read (the end of a
     run reads it once for the metrics and the report); read here when not given."""
     read = journal if journal is not None else read_run_journal(run_dir / rundir.JOURNAL)
-    records, rollouts, problems, invalid = read.records, read.rollouts, read.problems, read.invalid
-    parsed: list[Rollout | dict[str, Any]] = list(rollouts)
-    metrics = compute_metrics(parsed, expected_counts(tasks, repeats))
+    records, problems, invalid = read.records, read.problems, read.invalid
+    metrics = compute_metrics(read.counted, expected_counts(tasks, repeats))
     metrics["invalid_records"] = invalid
     metrics["journal_unreadable"] = len(problems) + len(invalid)
     metrics["model_usage"] = model_usage(records, prices)
-    with_tokens = [r for r in parsed if isinstance(r, Rollout)
-                   and any(c.generation_token_ids for c in r.trajectory.model_calls)]
+    with_tokens = [r for r in read.rollouts if any(c.generation_token_ids for c in r.trajectory.model_calls)]
     if with_tokens:  # token fidelity for RL: how many turns extend the previous turn's exact tokens
         from palaestra.train.sequence import drift_summary
 
         metrics["token_fidelity"] = drift_summary(with_tokens)
-    hooks = env_metrics(parsed)
+    hooks = env_metrics({r.env for r in read.counted}, read.rollouts)
     if hooks:
         metrics["env_metrics"] = hooks
     if problems:
@@ -153,7 +151,7 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
         # one read of the journal feeds metrics and report
         journal = read_run_journal(run_dir / rundir.JOURNAL, on_expanded=transcripts.add)
         metrics = write_metrics(run_dir, tasks, cfg.repeats, cfg.model_prices, journal=journal)
-        journal.rollouts.clear()  # the report reads the records only: free the validated copies first (peak RSS)
+        journal.rollouts.clear()  # the report reads records and rows only: free the validated copies (peak RSS)
         try:
             write_report(run_dir, journal=journal, transcripts=transcripts)
         except Exception as exc:  # the run's data is safe in the journal; a report bug must not fail the run

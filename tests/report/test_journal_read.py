@@ -42,7 +42,8 @@ def test_one_read_gives_the_same_report_on_a_real_run(real_run: Path, tmp_path: 
     via_index, via_read = _both(run)
     assert via_index == via_read
     read = read_run_journal(run / "rollouts.jsonl")
-    assert len(read.records) == len(read.rollouts) > 0
+    assert len(read.records) == len(read.counted) == len(read.rows) > 0
+    assert read.rollouts == []  # mcqa has no metrics hook and the model returned no token ids: no Rollout built
     assert read.problems == [] and read.invalid == []
     assert '"compact"' in (run / "rollouts.jsonl").read_text()  # the run wrote compact records: expansion ran
 
@@ -85,7 +86,9 @@ def test_one_read_gives_the_same_report_on_a_damaged_journal(tmp_path: Path) -> 
     via_index, via_read = _both(run)
     assert via_index == via_read
     assert "placeholder" not in via_read and "not available" in via_read  # the missing texts, said so
-    assert read_rollouts(journal) == (read.records, read.rollouts, read.problems, read.invalid)
+    every = read_run_journal(journal, every_rollout=True)  # as reverify reads it: a Rollout of every record
+    assert read_rollouts(journal) == (every.records, every.rollouts, every.problems, every.invalid)
+    assert every.invalid == read.invalid and len(every.rollouts) == len(read.counted) > 0
 
 
 def test_metrics_and_report_from_one_read_match_separate_reads(tmp_path: Path) -> None:

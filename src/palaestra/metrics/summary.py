@@ -37,6 +37,7 @@ from palaestra.metrics.passk import (
     pass_at_k,
     pass_hat_k,
 )
+from palaestra.metrics.rows import STATUSES, Row, row_from_rollout
 
 __all__ = ["ADVICE", "RunStatus", "compute_metrics", "format_table", "run_status"]
 
@@ -47,53 +48,63 @@ UnitKey = tuple[str, str, str, str]  # (env, agent, model, task_id): one task as
 class _Unit:
     """The effective rollouts of one task inside one block, in repeat order."""
 
-    scored: list[Rollout] = field(default_factory=list)
-    failed: list[Rollout] = field(default_factory=list)
+    scored: list[Row] = field(default_factory=list)
+    failed: list[Row] = field(default_factory=list)
 
 
-def _effective(rollouts: Iterable[Rollout | Mapping[str, Any]]) -> tuple[list[Rollout], list[str]]:
-    """One rollout per (env, agent, model, task, repeat): the last scored attempt, else the last attempt.
+def _invalid(seq: int, exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    return f"record {seq + 1}: not a Rollout ({'.'.join(map(str, first['loc']))}: {first['msg']})"
 
-    A journal dict that is not a valid Rollout is reported, not fatal: metrics of a long run must not be
-    lost to one odd record.
-    """
-    best: dict[tuple[str, str, str, str, int], tuple[tuple[int, int, int], Rollout]] = {}
+
+def _rows(rollouts: Iterable[Row | Rollout | Mapping[str, Any]]) -> tuple[list[Row], list[str]]:
+    """Every input as a summary row (``metrics.rows``): a row as it is, a Rollout read into one, a journal
+    dict validated as a Rollout first. What is not a Rollout is reported, not fatal: metrics of a long run
+    must not be lost to one odd record."""
+    rows: list[Row] = []
     invalid: list[str] = []
     for seq, raw in enumerate(rollouts):
+        if isinstance(raw, Row):
+            if raw.status in STATUSES:
+                rows.append(raw)
+            else:  # a row read tolerantly (the viewer's) of a record whose status is none of a Rollout's
+                invalid.append(f"record {seq + 1}: not a Rollout (outcome.status: {raw.status!r} is not one of "
+                               f"{', '.join(sorted(STATUSES))})")
+            continue
         try:
             r = raw if isinstance(raw, Rollout) else Rollout.model_validate(raw)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(map(str, first["loc"]))
-            invalid.append(f"record {seq + 1}: not a Rollout ({where}: {first['msg']})")
+            invalid.append(_invalid(seq, exc))
             continue
+        rows.append(row_from_rollout(seq, r))
+    return rows, invalid
+
+
+def _effective(rows: list[Row]) -> list[Row]:
+    """One row per (env, agent, model, task, repeat): the last scored attempt, else the last attempt."""
+    best: dict[tuple[str, str, str, str, int], tuple[tuple[int, int, int], Row]] = {}
+    for seq, r in enumerate(rows):
         slot = (r.env, r.agent, r.model, r.task_id, r.repeat)
-        rank = (1 if _is_scored(r) else 0, r.attempt, seq)
+        rank = (1 if r.scored else 0, r.attempt, seq)
         held = best.get(slot)
         if held is None or rank > held[0]:
             best[slot] = (rank, r)
-    return [r for _, r in best.values()], invalid
+    return [r for _, r in best.values()]
 
 
-def _is_scored(r: Rollout) -> bool:
-    return r.outcome.status == "scored" and r.verdict is not None
-
-
-def _failure_kind(r: Rollout) -> str:
-    if r.outcome.status == "timed_out":
+def _failure_kind(r: Row) -> str:
+    if r.status == "timed_out":
         return "timeout"
-    return r.outcome.kind or "unknown"
+    return r.kind or "unknown"
 
 
-def _group_label(r: Rollout, group_by: Sequence[str]) -> str:
+_GROUP_FIELDS = ("env", "agent", "model", "task_id", "repeat", "attempt", "status", "kind", "tags")
+
+
+def _group_label(r: Row, group_by: Sequence[str]) -> str:
     parts = []
     for name in group_by:
-        try:
-            value = getattr(r, name)
-        except AttributeError:
-            fields = ", ".join(Rollout.model_fields)
-            raise ValueError(f"compute_metrics: group_by field {name!r} is not a Rollout field; "
-                             f"choose from {fields}") from None
+        value = getattr(r, name)
         if isinstance(value, (list, tuple)):
             value = ",".join(str(v) for v in value)
         parts.append(f"{name}={value}")
@@ -101,20 +112,20 @@ def _group_label(r: Rollout, group_by: Sequence[str]) -> str:
 
 
 class _Labels:
-    """``_group_label`` of each rollout, worked out once per distinct group: a run has a handful of groups
-    and thousands of rollouts. Values that cannot key a dict (a list field such as ``tags``) are
-    labelled directly."""
+    """``_group_label`` of each row, worked out once per distinct group: a run has a handful of groups and
+    thousands of rollouts."""
 
     def __init__(self, group_by: Sequence[str]):
         self.group_by = tuple(group_by)
         self.known: dict[tuple[Any, ...], str] = {}
+        unknown = [name for name in self.group_by if name not in _GROUP_FIELDS]
+        if unknown:
+            raise ValueError(f"compute_metrics: group_by field {unknown[0]!r} is not a Rollout field metrics can "
+                             f"group by; choose from {', '.join(_GROUP_FIELDS)}")
 
-    def __call__(self, r: Rollout) -> str:
-        try:
-            key = tuple([getattr(r, name) for name in self.group_by])
-            label = self.known.get(key)
-        except (AttributeError, TypeError):  # not a field (_group_label says so), or an unhashable value
-            return _group_label(r, self.group_by)
+    def __call__(self, r: Row) -> str:
+        key = tuple([getattr(r, name) for name in self.group_by])
+        label = self.known.get(key)
         if label is None:
             label = self.known[key] = _group_label(r, self.group_by)
         return label
@@ -139,10 +150,9 @@ def _block(units: dict[UnitKey, _Unit], n_expected: int | None, covered: int,
             failed[_failure_kind(r)] += 1
         if not u.scored:
             continue
-        verdicts = [r.verdict for r in u.scored if r.verdict is not None]
-        passes = [v.is_pass() for v in verdicts]
-        answers = [v.answer for v in verdicts]
-        rewards.append([float(v.reward) for v in verdicts])
+        passes = [r.is_pass for r in u.scored]
+        answers = [r.answer for r in u.scored]
+        rewards.append([r.reward for r in u.scored if r.reward is not None])  # every scored row has one
         nc.append((len(u.scored), sum(passes)))
         samples.append((answers, passes))
         has_answers = has_answers or any(a is not None for a in answers)
@@ -174,18 +184,20 @@ def _block(units: dict[UnitKey, _Unit], n_expected: int | None, covered: int,
 
 
 def compute_metrics(
-    rollouts: Iterable[Rollout | Mapping[str, Any]],
+    rollouts: Iterable[Row | Rollout | Mapping[str, Any]],
     expected: Mapping[tuple[str, str], int] | None = None,
     group_by: Sequence[str] = ("env", "agent", "model"),
     *,
     n_boot: int = 1000,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Aggregate journal records (Rollout objects or their dicts) into a JSON-able metrics dict.
+    """Aggregate journal records (summary rows, Rollout objects or their dicts) into a JSON-able metrics dict.
 
-    ``expected`` maps ``(env, task_id)`` to the number of repeats requested for that task.
+    ``expected`` maps ``(env, task_id)`` to the number of repeats requested for that task. ``group_by``
+    names row fields (``_GROUP_FIELDS``).
     """
-    effective, invalid = _effective(rollouts)
+    rows, invalid = _rows(rollouts)
+    effective = _effective(rows)
     effective.sort(key=attrgetter("env", "task_id", "repeat", "agent", "model"))
     label_of = _Labels(group_by)
     overall: dict[UnitKey, _Unit] = {}
@@ -199,7 +211,7 @@ def compute_metrics(
         label = label_of(r)
         unit_group[unit] = label
         seen[unit] += 1
-        ok = _is_scored(r)
+        ok = r.scored
         scored[unit] += ok
         for units in (overall, groups.setdefault(label, {})):
             u = units.get(unit)
@@ -225,8 +237,8 @@ def compute_metrics(
     per_task: dict[str, dict[str, Any]] = {}
     for (_, _, _, task_id), u in overall.items():
         entry = per_task.setdefault(task_id, {"passes": 0, "rewards": [], "n_failed": 0})
-        entry["passes"] += sum(1 for r in u.scored if r.verdict is not None and r.verdict.is_pass())
-        entry["rewards"].extend(float(r.verdict.reward) for r in u.scored if r.verdict is not None)
+        entry["passes"] += sum(1 for r in u.scored if r.is_pass)
+        entry["rewards"].extend(r.reward for r in u.scored)
         entry["n_failed"] += len(u.failed)
     for entry in per_task.values():
         rewards = entry.pop("rewards")
@@ -254,14 +266,14 @@ def _failure_examples(units: Iterable[_Unit]) -> dict[str, dict[str, Any]]:
     """Per failure kind, most frequent first: how many slots ended failed with it and the first one's
     message, so a summary can say *why* a run failed without anyone opening the journal."""
     counts: Counter[str] = Counter()
-    first: dict[str, Rollout] = {}
+    first: dict[str, Row] = {}
     for u in units:
         for r in u.failed:
             kind = _failure_kind(r)
             counts[kind] += 1
             first.setdefault(kind, r)
     return {kind: {"count": n, "task_id": first[kind].task_id, "model": first[kind].model,
-                   "message": (first[kind].outcome.message or "")[:500]}
+                   "message": first[kind].message or ""}
             for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from palaestra.report.rows import as_map, is_map
+from palaestra.metrics.rows import as_map, is_map
 from palaestra.report.tokens import token_view
 
 __all__ = ["MAX_CHARS", "clip", "rollout_detail"]

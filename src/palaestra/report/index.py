@@ -21,7 +21,8 @@ from typing import Any
 
 import orjson
 
-from palaestra.report.rows import Effective, Filter, Row, row_from_record
+from palaestra.metrics.rows import Effective, Row, row_from_record
+from palaestra.report.rows import Filter
 from palaestra.rollout.compact import RunTasks, expand_record
 
 __all__ = ["JournalIndex"]

@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from palaestra.metrics.rows import PHASES, Row
 from palaestra.report.charts import (
     FAILED_COLOR,
     PALETTE,
@@ -19,7 +20,6 @@ from palaestra.report.charts import (
     histogram,
     line_chart,
 )
-from palaestra.report.rows import PHASES, Row
 
 __all__ = ["MAX_HEATMAP_TASKS", "build_overview", "compute_run_metrics"]
 
@@ -28,10 +28,10 @@ MAX_HEATMAP_GROUPS = 4
 
 
 def compute_run_metrics(rows: Sequence[Row], expected: Mapping[tuple[str, str], int] | None) -> dict[str, Any]:
-    """``compute_metrics`` over summary rows: it only reads ids, outcome and verdict, which rows keep."""
+    """``compute_metrics`` over summary rows (what it computes from anyway)."""
     from palaestra.metrics.summary import compute_metrics
 
-    return compute_metrics([r.to_metrics_record() for r in rows], expected)
+    return compute_metrics(rows, expected)
 
 
 def _pct(x: Any) -> str:

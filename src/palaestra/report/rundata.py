@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 
 from palaestra.core.errors import PalaestraError
+from palaestra.metrics.rows import Row
 from palaestra.report.overview import compute_run_metrics
-from palaestra.report.rows import Row
 
 __all__ = ["ReportError", "RunInfo", "load_run_info", "run_metrics", "stored_metrics"]
 

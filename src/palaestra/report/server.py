@@ -22,11 +22,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from palaestra.metrics.rows import COLUMNS
 from palaestra.report.detail import rollout_detail
 from palaestra.report.index import JournalIndex
 from palaestra.report.overview import build_overview
 from palaestra.report.page import csp, render_page, viewer_script
-from palaestra.report.rows import COLUMNS, Filter
+from palaestra.report.rows import Filter
 from palaestra.report.rundata import ReportError, RunInfo, load_run_info, run_metrics
 from palaestra.server.security import LOOPBACK, Guard, GuardPolicy, choose_token
 from palaestra.wire.errors import error_body

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from palaestra.metrics.rows import COLUMNS, Row
 from palaestra.report.charts import esc
 from palaestra.report.detail import rollout_detail
 from palaestra.report.index import JournalIndex
 from palaestra.report.overview import build_overview
 from palaestra.report.page import render_page
-from palaestra.report.rows import COLUMNS, Effective, Row, row_from_record
 from palaestra.report.rundata import REPORT, TASKS, RunInfo, load_run_info, run_metrics
 from palaestra.rollout.compact import CompactError, RunTasks, expand_record
 
@@ -100,16 +100,6 @@ def _priority_order(rows: list[Row]) -> list[int]:
     return [row.seq for row in sorted(rows, key=lambda r: (_priority(r), r.seq))]
 
 
-def _rows_of(records: list[dict[str, Any]]) -> list[Row]:
-    """Summary rows of records already read, with the same effective flags JournalIndex gives them."""
-    effective, rows = Effective(), []
-    for seq, rec in enumerate(records):
-        row = row_from_record(seq, rec)
-        effective.add(row)
-        rows.append(row)
-    return rows
-
-
 def _read_details(info: RunInfo, read: JournalRead, order: list[int], cache: TranscriptCache | None
                   ) -> Iterator[tuple[int, bytes | None]]:
     """Transcripts of ``read``'s records by seq: from ``cache`` where it holds one, else expanded as the
@@ -138,7 +128,7 @@ def build_report(info: RunInfo, *, max_detail_bytes: int = DEFAULT_DETAIL_BYTES,
     through the viewer's index."""
     detail_source: Iterable[tuple[int, bytes | None]]
     if journal is not None:
-        rows = _rows_of(journal.records)
+        rows = journal.rows
         problems = journal.problems
         detail_source = _read_details(info, journal, _priority_order(rows), transcripts)
     else:

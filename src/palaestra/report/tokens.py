@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from palaestra.report.rows import is_map
+from palaestra.metrics.rows import is_map
 
 __all__ = ["token_view"]
 

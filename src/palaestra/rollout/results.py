@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from palaestra.core.environment import Environment
 from palaestra.core.records import Rollout, Task
 from palaestra.envs.registry import load_env_class
+from palaestra.metrics.rows import Effective, Row, counted_row, row_from_record, row_from_rollout
 from palaestra.rollout import rundir
 from palaestra.rollout.compact import CompactError, RunTasks, expand_record
 from palaestra.rollout.journal import read_journal
@@ -46,21 +48,64 @@ class JournalRead:
     report.html), so the journal is read, parsed and expanded once rather than once per output.
 
     ``records`` are the journal's JSON objects as written, in order (the report's ``seq`` is the index);
-    ``rollouts`` are the records that are valid Rollouts; ``problems`` the lines that are not JSON
-    records and ``invalid`` the records that are JSON but not Rollouts, each naming its line. Expanded
-    records are not kept: holding them beside ``records`` and ``rollouts`` cost 15 MB more peak RSS on a
-    2,000-rollout run for ~0.01 ms of CPU per rollout, so the report expands again what it renders."""
+    ``rows`` their summary rows, read tolerantly, one per record with its effective flag (what the report
+    lists); ``counted`` the rows of the records that are Rollouts (what metrics count); ``rollouts`` the
+    records validated as Rollouts where a Rollout itself is needed (``read_run_journal``); ``problems``
+    the lines that are not JSON records and ``invalid`` the records that are JSON but not Rollouts, each
+    naming its line. Expanded records are not kept: holding them beside ``records`` cost 15 MB more peak
+    RSS on a 2,000-rollout run for ~0.01 ms of CPU per rollout, so the report expands again what it renders."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+    counted: list[Row] = field(default_factory=list)
     rollouts: list[Rollout] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)
 
 
-def read_run_journal(path: Path, *, on_expanded: Callable[[int, dict[str, Any]], None] | None = None
-                     ) -> JournalRead:
-    """Read the journal at ``path`` once: every record parsed, expanded and validated as a Rollout (a
-    record read back is always checked; none is trusted for having been written by this process).
+def has_metrics_hook(env_name: str) -> bool:
+    """Whether ``env_name``'s environment computes metrics of its own (``Environment.metrics``), which read
+    Rollouts; False for one that cannot be loaded (``env_metrics`` says so by name)."""
+    try:
+        return load_env_class(env_name).metrics is not Environment.metrics
+    except Exception:
+        return False
+
+
+def _needs_rollout(record: dict[str, Any], hooks: dict[str, bool]) -> bool:
+    """Whether metrics read this record as a Rollout: its environment's own metrics hook reads Rollouts, and
+    the token-fidelity summary reads the token ids of a model that returned them. ``hooks`` caches
+    ``has_metrics_hook`` for one read."""
+    env = record.get("env")
+    if type(env) is str:
+        hook = hooks.get(env)
+        if hook is None:
+            hook = hooks[env] = has_metrics_hook(env)
+        if hook:
+            return True
+    traj = record.get("trajectory")
+    calls = traj.get("model_calls") if type(traj) is dict else None
+    return type(calls) is list and any(type(c) is dict and c.get("generation_token_ids") for c in calls)
+
+
+def _not_a_rollout(path: Path, lineno: int, exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    first = errors()[0] if callable(errors) and errors() else None
+    why = f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else str(exc)[:200]
+    return f"{path}:{lineno}: not a Rollout ({why}); line skipped"
+
+
+def read_run_journal(path: Path, *, on_expanded: Callable[[int, dict[str, Any]], None] | None = None,
+                     every_rollout: bool = False) -> JournalRead:
+    """Read the journal at ``path`` once: every record parsed, expanded and checked (a record read back is
+    always checked; none is trusted for having been written by this process).
+
+    The check is of what the numbers are read from. A record whose ids, outcome, verdict, counts, timings
+    and tags have exactly the JSON types a Rollout writes (``metrics.rows.counted_row``: every record the
+    journal itself wrote) counts as its row, without building a Rollout of it: that validation was a
+    fifth of the end of a single-turn run. Any other record is validated as a Rollout, as are the records
+    a Rollout is needed of (``_needs_rollout``, or all of them with ``every_rollout``: reverify re-scores
+    Rollouts), and counts only if it is one.
 
     ``on_expanded(seq, record)`` sees each record that expands, with its index in ``records``, before the
     expanded form is dropped: the end of a run encodes report transcripts there instead of expanding
@@ -69,7 +114,13 @@ def read_run_journal(path: Path, *, on_expanded: Callable[[int, dict[str, Any]],
     records, problems = read_journal(path, missing_ok=True, lines=lines)
     out = JournalRead(records=records, problems=problems)
     tasks = RunTasks(path.parent / rundir.TASKS)  # compact records reference their task's input
+    effective = Effective()
+    hooks: dict[str, bool] = {}
     for seq, (lineno, r) in enumerate(zip(lines, records, strict=True)):
+        row = counted_row(seq, r)
+        shown = row if row is not None else row_from_record(seq, r)  # the report lists every record
+        effective.add(shown)
+        out.rows.append(shown)
         try:
             full = expand_record(r, tasks)
         except CompactError as exc:
@@ -77,13 +128,16 @@ def read_run_journal(path: Path, *, on_expanded: Callable[[int, dict[str, Any]],
             continue
         if on_expanded is not None:
             on_expanded(seq, full)
+        if row is not None and not every_rollout and not _needs_rollout(full, hooks):
+            out.counted.append(row)
+            continue
         try:
-            out.rollouts.append(Rollout.model_validate(full))
+            rollout = Rollout.model_validate(full)
         except ValueError as exc:
-            errors = getattr(exc, "errors", None)
-            first = errors()[0] if callable(errors) and errors() else None
-            why = f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else str(exc)[:200]
-            out.invalid.append(f"{path}:{lineno}: not a Rollout ({why}); line skipped")
+            out.invalid.append(_not_a_rollout(path, lineno, exc))
+            continue
+        out.rollouts.append(rollout)
+        out.counted.append(row if row is not None else row_from_rollout(seq, rollout))
     return out
 
 
@@ -91,31 +145,20 @@ def read_rollouts(path: Path) -> tuple[list[dict[str, Any]], list[Rollout], list
     """The journal's records, its valid Rollouts, the lines that are not JSON records (torn, garbage), and
     the records that are JSON but not Rollouts — each problem naming its line, so none is dropped
     silently."""
-    read = read_run_journal(path)
+    read = read_run_journal(path, every_rollout=True)
     return read.records, read.rollouts, read.problems, read.invalid
 
 
-def parse_records(records: list[dict[str, Any]]) -> list[Rollout | dict[str, Any]]:
-    """Journal dicts → Rollouts, once; an invalid one stays a dict so compute_metrics can report it."""
-    out: list[Rollout | dict[str, Any]] = []
-    for r in records:
-        try:
-            out.append(Rollout.model_validate(r))
-        except ValueError:
-            out.append(r)
-    return out
-
-
-def env_metrics(rollouts: list[Rollout | dict[str, Any]]) -> dict[str, Any]:
-    """Each environment's own metrics hook, over its valid journal records."""
-    by_env: dict[str, list[Rollout]] = {}
-    for r in rollouts:
-        if isinstance(r, Rollout):
-            by_env.setdefault(r.env, []).append(r)
+def env_metrics(envs: Iterable[str], rollouts: list[Rollout]) -> dict[str, Any]:
+    """Each environment's own metrics hook (``Environment.metrics``), over its Rollouts among ``rollouts``;
+    ``envs`` are the environments the counted records name. One that cannot be loaded is named with why."""
     out: dict[str, Any] = {}
-    for name, env_rollouts in sorted(by_env.items()):
+    for name in sorted(set(envs)):
         try:
-            extra = load_env_class(name)().metrics(env_rollouts)
+            cls = load_env_class(name)
+            if cls.metrics is Environment.metrics:
+                continue
+            extra = cls().metrics([r for r in rollouts if r.env == name])
         except Exception as exc:  # a buggy hook must not cost the run its metrics
             extra = {"error": f"{type(exc).__name__}: {exc}"}
         if extra:
