@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from fuzz_strategies import INTEGERS, JSON, JSON_OBJECTS, STRINGS, TEXT, ci, long, maybe, nested, shaped_dict
 from hypothesis import given, settings
@@ -183,3 +184,22 @@ def test_row_that_cannot_be_snapshotted_is_a_problem(tmp_path: Path) -> None:
     if loaded.tasks:
         write_tasks(tmp_path / "snapshot.jsonl", loaded.tasks)
     assert not loaded.tasks and loaded.problems and loaded.problems[0].field.startswith("metadata")
+
+
+def test_the_snapshot_holds_each_task_as_it_encodes(tmp_path: Path) -> None:
+    """``write_tasks`` writes the line the row check encoded (``tasks.task_line``) for a task it checked, and
+    encodes any other task itself: a copy made since (whose line differs) included."""
+    from palaestra.rollout import tasks as tasks_mod
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"id": f"t{i}", "env": "mcqa", "input": f"q{i}", "metadata": {"n": i}}) + "\n"
+                            for i in range(3)))
+    loaded = load_task_file(path)
+    assert all(id(t) in tasks_mod._LINES for t in loaded.tasks)
+    changed = loaded.tasks[1].model_copy(update={"input": "changed"})
+    written = [loaded.tasks[0], changed, loaded.tasks[2]]
+    write_tasks(tmp_path / "snapshot.jsonl", written)
+    lines = (tmp_path / "snapshot.jsonl").read_bytes().splitlines(keepends=True)
+    assert lines == [orjson.dumps(t.model_dump(mode="json", exclude_none=True)) + b"\n" for t in written]
+    assert b"changed" in lines[1]
+    assert not any(id(t) in tasks_mod._LINES for t in (loaded.tasks[0], loaded.tasks[2]))  # taken out as written

@@ -82,15 +82,18 @@ class Collector:
 
     async def _setup(self) -> None:
         # A remote agent (agent: remote:URL) calls its environment over HTTP: that one runs as a local server.
-        remote_envs = {t.env for t in self.tasks if is_remote(t.agent or self.cfg.agent)}
-        for name in sorted({t.env for t in self.tasks}):
+        # (agent spec, env) pairs first: a spec is parsed once, not once per task
+        pairs = {(t.agent or self.cfg.agent, t.env) for t in self.tasks}
+        remote = {spec for spec in {spec for spec, _ in pairs} if is_remote(spec)}
+        remote_envs = {env for spec, env in pairs if spec in remote}
+        for name in sorted({env for _, env in pairs}):
             cap = session_cap(self.cfg, load_env_class(name))
             self.envs[name] = await mount_env(name, placement_for(self.cfg.placement, name in remote_envs),
                                               env_options(self.cfg), max_sessions=cap)
             if cap < self.cfg.concurrency:
                 self.gates[name] = asyncio.Semaphore(cap)
         self.models.prepare({self.model_spec(t) for t in self.tasks})
-        for name in sorted({t.agent or self.cfg.agent for t in self.tasks}):
+        for name in sorted({spec for spec, _ in pairs}):
             self.agents[name] = make_agent(name, max_steps=self.cfg.max_steps)
         self.links = link_remote_agents(self.agents, self.envs, deadline_s=self.cfg.deadline_s)
 

@@ -211,7 +211,7 @@ def load_task_file(path: str | Path, default_env: str = "", routes: Mapping[str,
                                                                "too deep to read)"))
             continue
         try:  # the run snapshots its tasks first: a row that cannot be written back is refused here
-            orjson.dumps(task.model_dump(mode="json", exclude_none=True))
+            task_line(task)
         except (TypeError, ValueError, RecursionError) as exc:
             out.problems.append(RowProblem(p.name, lineno, "metadata", f"nests too deep to store ({exc})"))
             continue
@@ -237,11 +237,35 @@ def load_task_file(path: str | Path, default_env: str = "", routes: Mapping[str,
     return out
 
 
+# The snapshot line of each task ``load_task_file`` checked, by identity, with the task itself (so its id
+# cannot be reused while the entry lives): the check encodes the very line ``write_tasks`` then writes, and
+# encoding is most of what checking a row costs. ``write_tasks`` takes its lines out; the bound keeps a
+# process that reads task files without writing a snapshot (``model serve --tasks``) from growing. A task
+# not found here (a copy made since, one of a larger run) is simply encoded again.
+_LINES: dict[int, tuple[Task, bytes]] = {}
+_LINES_MAX = 20_000
+
+
+def _encoded(task: Task) -> bytes:
+    return orjson.dumps(task.model_dump(mode="json", exclude_none=True), option=orjson.OPT_APPEND_NEWLINE)
+
+
+def task_line(task: Task) -> bytes:
+    """``task`` as one line of tasks.jsonl (its newline included), remembered for ``write_tasks``. Raises
+    TypeError, ValueError or RecursionError for a task JSON cannot hold."""
+    line = _encoded(task)
+    if len(_LINES) >= _LINES_MAX:
+        del _LINES[next(iter(_LINES))]  # the oldest first
+    _LINES[id(task)] = (task, line)
+    return line
+
+
 def write_tasks(path: Path, tasks: list[Task]) -> None:
     """Snapshot the run's tasks, so resume and reverify never depend on the original file."""
     with path.open("wb") as fh:
         for t in tasks:
-            fh.write(orjson.dumps(t.model_dump(mode="json", exclude_none=True)) + b"\n")
+            hit = _LINES.pop(id(t), None)
+            fh.write(hit[1] if hit is not None and hit[0] is t else _encoded(t))
 
 
 def read_tasks(path: Path) -> list[Task]:
