@@ -19,8 +19,8 @@ from palaestra.core.records import OutcomeStatus
 if TYPE_CHECKING:
     from palaestra.core.records import Rollout
 
-__all__ = ["COLUMNS", "PHASES", "STATUSES", "Effective", "Row", "as_map", "counted_row", "is_map", "row_from_record",
-           "row_from_rollout"]
+__all__ = ["COLUMNS", "PHASES", "STATUSES", "Effective", "Row", "as_map", "counted_row", "is_map", "rollout_problem",
+           "row_from_record", "row_from_rollout"]
 
 # Phases in the order a rollout goes through them; other timing keys are appended after these.
 PHASES = ("seed_s", "agent_s", "verify_s", "close_s", "total_s")
@@ -201,6 +201,13 @@ def row_from_rollout(seq: int, r: Rollout) -> Row:
                None if verdict is None else float(verdict.reward), None if verdict is None else verdict.passed,
                None if verdict is None else verdict.answer, r.trajectory.steps, r.usage.prompt_tokens,
                r.usage.completion_tokens, dict(r.timings), True, tuple(r.tags))
+
+
+def rollout_problem(exc: ValueError) -> str:
+    """Why a record is not a Rollout, as its validation said: the first error's field and message."""
+    errors = getattr(exc, "errors", None)
+    first = errors()[0] if callable(errors) and errors() else None
+    return f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else str(exc)[:200]
 
 
 def _opt_str(value: Any) -> bool:

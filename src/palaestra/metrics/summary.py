@@ -37,7 +37,7 @@ from palaestra.metrics.passk import (
     pass_at_k,
     pass_hat_k,
 )
-from palaestra.metrics.rows import STATUSES, Row, row_from_rollout
+from palaestra.metrics.rows import STATUSES, Row, rollout_problem, row_from_rollout
 
 __all__ = ["ADVICE", "RunStatus", "compute_metrics", "format_table", "run_status"]
 
@@ -50,11 +50,6 @@ class _Unit:
 
     scored: list[Row] = field(default_factory=list)
     failed: list[Row] = field(default_factory=list)
-
-
-def _invalid(seq: int, exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    return f"record {seq + 1}: not a Rollout ({'.'.join(map(str, first['loc']))}: {first['msg']})"
 
 
 def _rows(rollouts: Iterable[Row | Rollout | Mapping[str, Any]]) -> tuple[list[Row], list[str]]:
@@ -74,7 +69,7 @@ def _rows(rollouts: Iterable[Row | Rollout | Mapping[str, Any]]) -> tuple[list[R
         try:
             r = raw if isinstance(raw, Rollout) else Rollout.model_validate(raw)
         except ValidationError as exc:
-            invalid.append(_invalid(seq, exc))
+            invalid.append(f"record {seq + 1}: not a Rollout ({rollout_problem(exc)})")
             continue
         rows.append(row_from_rollout(seq, r))
     return rows, invalid

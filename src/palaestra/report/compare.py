@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from palaestra.metrics.blas import single_threaded_blas
+from palaestra.metrics.summary import compute_metrics
 from palaestra.metrics.usage import as_count, model_usage
 from palaestra.report.index import JournalIndex
-from palaestra.report.overview import compute_run_metrics
 from palaestra.report.rundata import ReportError, load_run_info, stored_metrics
 
 with single_threaded_blas():
@@ -227,7 +227,7 @@ def run_spend(run_dir: str | Path, name: str | None = None) -> RunSpend:
         index = JournalIndex(info.journal)
         index.advance()
         if metrics is None:
-            metrics = compute_run_metrics(index.rows, info.expected)
+            metrics = compute_metrics(index.rows, info.expected)
         raw_prices = config.get("model_prices")
         prices = {str(k): float(v) for k, v in raw_prices.items() if _float(v) is not None} \
             if isinstance(raw_prices, dict) else {}

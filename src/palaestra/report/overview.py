@@ -21,17 +21,10 @@ from palaestra.report.charts import (
     line_chart,
 )
 
-__all__ = ["MAX_HEATMAP_TASKS", "build_overview", "compute_run_metrics"]
+__all__ = ["MAX_HEATMAP_TASKS", "build_overview"]
 
 MAX_HEATMAP_TASKS = 150
 MAX_HEATMAP_GROUPS = 4
-
-
-def compute_run_metrics(rows: Sequence[Row], expected: Mapping[tuple[str, str], int] | None) -> dict[str, Any]:
-    """``compute_metrics`` over summary rows (what it computes from anyway)."""
-    from palaestra.metrics.summary import compute_metrics
-
-    return compute_metrics(rows, expected)
 
 
 def _pct(x: Any) -> str:

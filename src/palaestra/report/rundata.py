@@ -12,7 +12,7 @@ import orjson
 
 from palaestra.core.errors import PalaestraError
 from palaestra.metrics.rows import Row
-from palaestra.report.overview import compute_run_metrics
+from palaestra.metrics.summary import compute_metrics
 
 __all__ = ["ReportError", "RunInfo", "load_run_info", "run_metrics", "stored_metrics"]
 
@@ -97,7 +97,7 @@ def run_metrics(info: RunInfo, rows: list[Row], *, journal_problems: list[str] |
     metrics recomputed from the rows (a run in progress, or one killed before it wrote its metrics)."""
     metrics = stored_metrics(info)
     if metrics is None:
-        metrics = compute_run_metrics(rows, info.expected)
+        metrics = compute_metrics(rows, info.expected)
         if journal_problems:
             metrics["journal_problems"] = list(journal_problems)
     if info.problems:

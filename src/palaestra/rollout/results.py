@@ -14,7 +14,7 @@ from typing import Any
 from palaestra.core.environment import Environment
 from palaestra.core.records import Rollout, Task
 from palaestra.envs.registry import load_env_class
-from palaestra.metrics.rows import Effective, Row, counted_row, row_from_record, row_from_rollout
+from palaestra.metrics.rows import Effective, Row, counted_row, rollout_problem, row_from_record, row_from_rollout
 from palaestra.rollout import rundir
 from palaestra.rollout.compact import CompactError, RunTasks, expand_record
 from palaestra.rollout.journal import read_journal
@@ -88,13 +88,6 @@ def _needs_rollout(record: dict[str, Any], hooks: dict[str, bool]) -> bool:
     return type(calls) is list and any(type(c) is dict and c.get("generation_token_ids") for c in calls)
 
 
-def _not_a_rollout(path: Path, lineno: int, exc: ValueError) -> str:
-    errors = getattr(exc, "errors", None)
-    first = errors()[0] if callable(errors) and errors() else None
-    why = f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else str(exc)[:200]
-    return f"{path}:{lineno}: not a Rollout ({why}); line skipped"
-
-
 def read_run_journal(path: Path, *, on_expanded: Callable[[int, dict[str, Any]], None] | None = None,
                      every_rollout: bool = False) -> JournalRead:
     """Read the journal at ``path`` once: every record parsed, expanded and checked (a record read back is
@@ -134,7 +127,7 @@ def read_run_journal(path: Path, *, on_expanded: Callable[[int, dict[str, Any]],
         try:
             rollout = Rollout.model_validate(full)
         except ValueError as exc:
-            out.invalid.append(_not_a_rollout(path, lineno, exc))
+            out.invalid.append(f"{path}:{lineno}: not a Rollout ({rollout_problem(exc)}); line skipped")
             continue
         out.rollouts.append(rollout)
         out.counted.append(row if row is not None else row_from_rollout(seq, rollout))
