@@ -194,7 +194,7 @@ async def run_file(family: str, path: Path, limit: int | None, tmp: Path, concur
     from palaestra.orchestrator import run_eval
     from palaestra.rollout import rundir
     from palaestra.rollout.config import RunConfig
-    from palaestra.rollout.journal import read_journal
+    from palaestra.rollout.journal_read import read_journal
     from palaestra.rollout.selection import select_tasks
 
     fam = FAMILIES.get(family)

@@ -23,7 +23,8 @@ from palaestra.metrics.usage import model_usage
 from palaestra.rollout import rundir
 from palaestra.rollout.collector import Collector, ProgressFn, check_size, plan
 from palaestra.rollout.config import RunConfig, effective_settings, env_options
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal import Written
+from palaestra.rollout.journal_read import read_journal
 from palaestra.rollout.results import JournalRead, env_metrics, expected_counts, gc_paused, read_run_journal
 from palaestra.rollout.selection import select_tasks
 from palaestra.rollout.tasks import read_tasks, write_tasks
@@ -134,22 +135,31 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
             rundir.write_json_atomic(run_dir / rundir.RUN_JSON, manifest)
     records, _ = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
     pending, already = plan(tasks, cfg.repeats, records, cfg.max_attempts)
+    first_seq = len(records)  # the index the report gives the first record collected now
     del records
     if on_start:
         on_start(len(tasks) * cfg.repeats, already)
+    from palaestra.report import TranscriptCache, write_report
+
+    # The report's transcripts: of the records collected now, encoded as each is journaled (``live``);
+    # of earlier ones, as the read-back expands them (``transcripts``).
+    transcripts, live = TranscriptCache(), TranscriptCache()
+    written: Written | None = None
     if pending:
         if cfg.cluster:  # the same loop, run by worker processes here or worker actors on Ray (cluster/)
             from palaestra.cluster import cluster_collector
 
             await cluster_collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
         else:
-            await Collector(cfg, run_dir, tasks, on_rollout=on_rollout).collect(pending)
-    from palaestra.report import TranscriptCache, write_report
-
-    transcripts = TranscriptCache()  # the report's transcripts, encoded as the read-back expands each record
+            collector = Collector(cfg, run_dir, tasks, on_rollout=on_rollout,
+                                  on_journaled=lambda i, full: live.add(first_seq + i, full))
+            await collector.collect(pending)
+            written = collector.written
     with gc_paused():  # the read-back is a heap of acyclic JSON trees: collections would only re-walk it
-        # one read of the journal feeds metrics and report
-        journal = read_run_journal(run_dir / rundir.JOURNAL, on_expanded=transcripts.add)
+        # one read of the journal feeds metrics and report; this run's own records come from memory
+        journal = read_run_journal(run_dir / rundir.JOURNAL, on_expanded=transcripts.add, written=written)
+        if journal.kept_from == first_seq:  # else live's numbering is not the journal's: the report encodes them
+            transcripts.merge(live)
         metrics = write_metrics(run_dir, tasks, cfg.repeats, cfg.model_prices, journal=journal)
         journal.rollouts.clear()  # the report reads records and rows only: free the validated copies (peak RSS)
         try:

@@ -17,7 +17,7 @@ from palaestra.core.environment import Environment
 from palaestra.core.records import Task, Trajectory, Verdict
 from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal_read import read_journal
 
 HERE = Path(__file__).resolve()
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="python3.11: task.toml is read with tomllib")

@@ -100,7 +100,7 @@ def _run(tmp_path: Path, server: str, agent: str | None = None) -> list[dict[str
     from palaestra.rollout import rundir
     from palaestra.rollout.config import RunConfig
     from palaestra.rollout.expand import expand_record
-    from palaestra.rollout.journal import read_journal
+    from palaestra.rollout.journal_read import read_journal
 
     rows = tmp_path / "rows.jsonl"
     rows.write_bytes(_example_rows(server, 1))

@@ -49,7 +49,7 @@ def test_a_cohort_of_one_row_fills_and_every_rollout_gets_the_servers_verdict(tm
     from palaestra.orchestrator import run_eval
     from palaestra.rollout import rundir
     from palaestra.rollout.config import RunConfig
-    from palaestra.rollout.journal import read_journal
+    from palaestra.rollout.journal_read import read_journal
 
     size = cohort_size("genrm_compare", None)
     line = (_servers() / "genrm_compare" / "data" / "example.jsonl").read_text(encoding="utf-8").splitlines()[1]

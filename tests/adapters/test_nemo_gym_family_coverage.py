@@ -151,7 +151,7 @@ def test_the_family_scores_its_example_rows_end_to_end(server: str, tmp_path: Pa
     from palaestra.orchestrator import run_eval
     from palaestra.rollout import rundir
     from palaestra.rollout.config import RunConfig
-    from palaestra.rollout.journal import read_journal
+    from palaestra.rollout.journal_read import read_journal
     from palaestra.rollout.tasks import load_task_file
 
     rows = tmp_path / "rows.jsonl"

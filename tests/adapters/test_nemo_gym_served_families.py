@@ -104,7 +104,7 @@ def test_a_gymnasium_server_keeps_an_episode_per_session_and_steps_the_reply() -
 async def test_agent_ref_routes_a_family_without_native_env_to_nemo_gyms_server(tmp_path: Path) -> None:
     from palaestra.orchestrator import run_eval
     from palaestra.rollout.config import RunConfig
-    from palaestra.rollout.journal import read_journal
+    from palaestra.rollout.journal_read import read_journal
     from palaestra.rollout.tasks import load_task_file
 
     path = _example_rows("abstention", 2, tmp_path / "rows.jsonl")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from palaestra.core.records import Trajectory
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal_read import read_journal
 
 NG = SimpleNamespace(**runpy.run_path(str(Path(__file__).parents[1] / "fixtures" / "nemo_gym.py")))
 SERVER = "example_session_state_mgmt"

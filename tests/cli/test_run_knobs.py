@@ -10,7 +10,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from palaestra.cli.main import app
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal_read import read_journal
 
 COUNTER = str(Path(__file__).parents[1] / "fixtures" / "counter_env.py") + ":CounterEnv"
 

@@ -17,7 +17,7 @@ from palaestra.core.records import Rollout
 from palaestra.envs.registry import load_env
 from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal_read import read_journal
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -24,7 +24,7 @@ from palaestra.envs.tool_call.env import ToolCallEnv
 from palaestra.orchestrator import run_eval
 from palaestra.rollout import rundir
 from palaestra.rollout.config import RunConfig
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal_read import read_journal
 from palaestra.rollout.selection import _Row, check_rows
 from palaestra.rollout.tasks import load_task_file
 

@@ -23,7 +23,8 @@ from palaestra.core.records import Rollout
 from palaestra.metrics.summary import compute_metrics
 from palaestra.metrics.usage import model_usage
 from palaestra.orchestrator import write_metrics
-from palaestra.rollout.journal import Journal, read_journal
+from palaestra.rollout.journal import Journal
+from palaestra.rollout.journal_read import read_journal
 
 # ---- journal files ---------------------------------------------------------------------------------
 RECORD = JSON_OBJECTS.map(lambda d: {"rollout_id": "r", **d})

@@ -126,3 +126,45 @@ def test_the_read_back_runs_with_the_collector_paused_and_leaves_it_as_it_was() 
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_the_end_of_a_run_takes_its_own_records_from_memory_and_writes_what_a_fresh_read_gives(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end of a run takes the records it collected from what its journal kept (checked against the
+    file's bytes) and the transcripts encoded as each was journaled. Its metrics.json and report.html
+    must be those a fresh read of the journal gives, for a first session and for a resumed one (whose
+    own records follow an earlier session's, read from the file)."""
+    from palaestra import orchestrator
+    from palaestra.orchestrator import run_eval
+    from palaestra.rollout.config import RunConfig
+    from palaestra.rollout.results import JournalRead
+
+    reads: list[JournalRead] = []
+
+    def spy(*args: object, **kwargs: object) -> JournalRead:
+        read = read_run_journal(*args, **kwargs)  # type: ignore[arg-type]
+        reads.append(read)
+        return read
+
+    monkeypatch.setattr(orchestrator, "read_run_journal", spy)
+    out = tmp_path / "run"
+    base = {"env": "mcqa", "model": "scripted:oracle?failure_rate=0.3", "repeats": 2, "limit": 6, "out": str(out),
+            "seed": 3}
+    for session, attempts in enumerate((1, 3)):  # the second resumes the slots the first left failed
+        before = len(read_journal_records(out))
+        result = asyncio.run(run_eval(RunConfig(**base, max_attempts=attempts)))  # type: ignore[arg-type]
+        assert result.collected > 0, session
+        read = reads[-1]
+        assert read.kept_from == before and len(read.records) > before  # its own records: from memory
+        written = orjson.loads((out / "metrics.json").read_bytes())
+        assert orjson.loads(orjson.dumps(write_metrics(out, read_tasks(out / "tasks.jsonl"), 2))) == written
+        fresh = write_report(out, out=tmp_path / f"fresh-{session}.html")  # read through the viewer's index
+        assert fresh.read_text() == (out / "report.html").read_text()
+    metrics = orjson.loads((out / "metrics.json").read_bytes())
+    assert metrics["overall"]["n_rollouts_scored"] > 0 and metrics["journal_unreadable"] == 0
+
+
+def read_journal_records(run_dir: Path) -> list[dict[str, object]]:
+    from palaestra.rollout.journal_read import read_journal
+
+    return read_journal(run_dir / "rollouts.jsonl", missing_ok=True)[0]

@@ -28,7 +28,7 @@ from palaestra.orchestrator import run_eval
 from palaestra.placement import mount_env
 from palaestra.rollout.collector import session_cap
 from palaestra.rollout.config import RunConfig
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal_read import read_journal
 from palaestra.rollout.runner import run_rollout
 from palaestra.server.model_proxy import ModelProxy
 from palaestra.wire.env import SessionHandle

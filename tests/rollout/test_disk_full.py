@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal_read import read_journal
 
 CLI = [sys.executable, "-m", "palaestra.cli.main"]
 

@@ -18,7 +18,7 @@ import pytest
 from palaestra.core.errors import InvalidTask
 from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal_read import read_journal
 
 COUNTER = str(Path(__file__).parents[1] / "fixtures" / "counter_env.py") + ":CounterEnv"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from palaestra.orchestrator import write_metrics
 from palaestra.rollout.collector import Collector, plan
 from palaestra.rollout.config import RunConfig
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal_read import read_journal
 from palaestra.rollout.selection import select_tasks
 
 COUNTER = str(Path(__file__).parents[1] / "fixtures" / "counter_env.py") + ":CounterEnv"

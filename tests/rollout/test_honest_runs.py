@@ -18,7 +18,7 @@ from palaestra.core.errors import ConfigError, InvalidTask
 from palaestra.metrics.summary import run_status
 from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal_read import read_journal
 from palaestra.server.ports import free_port
 
 CLI = [sys.executable, "-m", "palaestra.cli.main"]

@@ -10,10 +10,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import orjson
 import pytest
 
 from palaestra.core.records import Outcome, Rollout, Verdict
-from palaestra.rollout.journal import Journal, JournalError, read_journal, repair
+from palaestra.rollout.journal import Journal, JournalError, repair
+from palaestra.rollout.journal_read import read_journal
 
 
 def rec(i: int, size: int = 50) -> dict[str, object]:
@@ -64,7 +66,7 @@ async def test_close_flushes_queued_appends_and_cancelled_callers_do_not_break_i
     tasks[0].cancel()  # the caller gives up; the writer must not trip over its future
     await j.close()
     results = await asyncio.gather(*tasks, return_exceptions=True)
-    assert isinstance(results[0], asyncio.CancelledError) and results[1:] == [None] * 99
+    assert isinstance(results[0], asyncio.CancelledError) and results[1:] == list(range(1, 100))  # each its index
     records, problems = read_journal(j.path)
     assert problems == [] and {r["id"] for r in records} >= set(range(1, 100))
 
@@ -247,3 +249,45 @@ async def test_enospc_fails_the_batch_and_the_journal_recovers(tiny_tmpfs: Path)
         await j.append(rec(9999))  # space freed: appends work again, on a clean line
     records, problems = read_journal(path)
     assert problems == [] and len(records) == acked + 1 and records[-1]["id"] == 9999
+
+
+async def test_a_kept_journal_is_read_from_memory_only_while_the_file_holds_its_bytes(tmp_path: Path) -> None:
+    """``Journal(keep=True)`` holds what it appended (``Written``); ``read_written`` takes those records as
+    they are only when the file ends with exactly their bytes, parses the lines before them (an earlier
+    session's, a bad one named as skipped, not torn) and otherwise reads the whole file as it is."""
+    from palaestra.rollout.journal_read import read_written
+
+    path = tmp_path / "rollouts.jsonl"
+    # earlier sessions, with a damaged line between them
+    path.write_bytes(orjson.dumps(rec(0)) + b"\n{not json\n" + orjson.dumps(rec(1)) + b"\n")
+    rollout = Rollout(rollout_id="r1", task_id="t1", env="mcqa", agent="tool", model="m",
+                      outcome=Outcome.scored(), verdict=Verdict(reward=1.0, answer="B"))
+    async with Journal(path, keep=True) as j:
+        indices = await asyncio.gather(*(j.append(rec(10 + i)) for i in range(5)), j.append(rollout))
+        written = j.written
+    assert sorted(indices) == list(range(6))
+    assert written is not None and written.intact and len(written.records) == 6
+    parsed_lines: list[int] = []
+    parsed, parse_problems = read_journal(path, lines=parsed_lines)
+    lines: list[int] = []
+    records, problems, first = read_written(path, written, lines=lines)
+    assert first == 2 and records == parsed and problems == parse_problems and lines == parsed_lines
+    assert "line skipped" in problems[0] and "torn" not in problems[0]
+    assert all(a is b for a, b in zip(records[2:], written.records, strict=True))  # not parsed: kept
+    assert [records[2 + i] for i in indices[:5]] == [rec(10 + i) for i in range(5)]  # index = place in file
+    assert Rollout.model_validate(records[2 + indices[5]]) == rollout
+
+    data = path.read_bytes()
+    at = data.rindex(b"x" * 50)
+    path.write_bytes(data[:at] + b"y" + data[at + 1:])  # same size, one byte changed in this session's part
+    records, _, first = read_written(path, written)
+    assert first is None and records == read_journal(path)[0]
+    assert any(str(r.get("payload", "")).startswith("y") for r in records)  # the file's bytes, not memory
+    path.write_bytes(data + orjson.dumps(rec(99)) + b"\n")  # a line appended after the journal closed
+    records, _, first = read_written(path, written)
+    assert first is None and records[-1] == rec(99) and len(records) == 9
+
+    async with Journal(path, keep=True) as j:  # lines it did not encode itself: nothing kept is used
+        await j.append_lines([orjson.dumps(rec(100)) + b"\n"])
+        assert j.written is not None and not j.written.intact
+        assert read_written(path, j.written)[2] is None

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from palaestra.cli.main import app
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal_read import read_journal
 
 pytestmark = pytest.mark.timeout(1800)  # minutes on a 2-core machine; far more when it is shared
 STEPS = 11

@@ -260,7 +260,7 @@ def _dump(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def export_nemo_gym(run_dir: str | Path, out: str | Path) -> NemoGymExport:
     """Write the run at ``run_dir`` as NeMo Gym rollouts at ``out`` (plus its two sibling files)."""
-    from palaestra.rollout.journal import read_journal
+    from palaestra.rollout.journal_read import read_journal
     from palaestra.rollout.rundir import JOURNAL, TASKS
     from palaestra.rollout.tasks import read_tasks
 

@@ -32,7 +32,7 @@ def report(
                                         max_detail_bytes=int(max_detail_mb * 1_000_000)))
     typer.echo(f"report: {path}")
     from palaestra.cli.common import warn_journal
-    from palaestra.rollout.journal import read_journal
+    from palaestra.rollout.journal_read import read_journal
 
     warn_journal(guarded(lambda: read_journal(Path(run_dir) / "rollouts.jsonl", missing_ok=True))[1])
     if mlflow:

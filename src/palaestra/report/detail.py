@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from palaestra.metrics.rows import as_map, is_map
+from palaestra.report.page import dumps
 from palaestra.report.tokens import token_view
 
 __all__ = ["MAX_CHARS", "clip", "rollout_detail"]
@@ -35,7 +36,7 @@ def _text(value: Any, max_chars: int) -> str | None:
     if isinstance(value, str):
         return clip(value, max_chars)
     try:
-        text = orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+        text = dumps(value, orjson.OPT_INDENT_2).decode()
     except TypeError:
         text = repr(value)
     return clip(text, max_chars)

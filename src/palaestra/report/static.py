@@ -19,7 +19,7 @@ from palaestra.report.charts import esc
 from palaestra.report.detail import rollout_detail
 from palaestra.report.index import JournalIndex
 from palaestra.report.overview import build_overview
-from palaestra.report.page import render_page
+from palaestra.report.page import dumps, render_page
 from palaestra.report.rundata import REPORT, TASKS, RunInfo, load_run_info, run_metrics
 from palaestra.rollout.compact import CompactError, RunTasks, expand_record
 
@@ -45,7 +45,7 @@ def _encoded(seq: int, record: Mapping[str, Any] | None) -> bytes | None:
     if record is None:
         return None
     try:
-        return orjson.dumps(rollout_detail(record, seq), option=orjson.OPT_NON_STR_KEYS)
+        return dumps(rollout_detail(record, seq))
     except (ValueError, TypeError):  # TypeError: orjson's JSONEncodeError (a value JSON cannot hold)
         return None
 
@@ -77,6 +77,16 @@ class TranscriptCache:
             return
         self.encoded[seq] = blob
         self.used += len(blob)
+
+    def merge(self, other: TranscriptCache) -> None:
+        """Take ``other``'s transcripts (those of records this one did not see), within the budget."""
+        for seq, blob in other.encoded.items():
+            if self.used + len(blob) > self.budget:
+                self.used = self.budget
+                return
+            if seq not in self.encoded:
+                self.encoded[seq] = blob
+                self.used += len(blob)
 
 
 def _details(encoded: Iterable[tuple[int, bytes | None]], budget: int) -> tuple[dict[str, orjson.Fragment], int]:

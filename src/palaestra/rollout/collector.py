@@ -23,14 +23,17 @@ from palaestra.models.router import RouteSpec
 from palaestra.placement import MountedEnv, mount_env
 from palaestra.rollout import rundir
 from palaestra.rollout.cascade import run_cascade
-from palaestra.rollout.compact import compact_rollout
+from palaestra.rollout.compact import compact_rollout, journal_forms
 from palaestra.rollout.config import RunConfig, env_options
-from palaestra.rollout.journal import Journal
+from palaestra.rollout.journal import Journal, Written
 from palaestra.rollout.models import ModelPool, needs_reference
 from palaestra.rollout.runner import run_rollout
 from palaestra.server.model_proxy import ModelProxy
 
 ProgressFn = Callable[[Rollout, bool], None]
+# Sees each attempt as journaled, in full (``rollout.compact.journal_forms``), with the index
+# ``Journal.append`` gave it.
+JournaledFn = Callable[[int, dict[str, Any]], None]
 log = logging.getLogger(__name__)
 
 
@@ -39,7 +42,7 @@ class Appender(Protocol):
     a stand-in that forwards each record to the one process that writes the journal and returns once
     that process has fsynced it."""
 
-    async def append(self, record: Any) -> None: ...
+    async def append(self, record: Any) -> Any: ...
 
 
 # Outcome messages of failures that the same attempt would hit again: a row its environment refuses, a
@@ -48,13 +51,21 @@ DETERMINISTIC_KINDS = ("invalid_task", "config")
 
 
 class Collector:
-    """Owns the run's resources (mounted environments, model proxies, agents) and the journal."""
+    """Owns the run's resources (mounted environments, model proxies, agents) and the journal.
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, tasks: list[Task], *, on_rollout: ProgressFn | None = None):
+    ``on_journaled``: sees every attempt journaled, in full, with its index among this collection's
+    records. Given, the journal also keeps what it writes, and ``written`` holds it once ``collect``
+    returns: the end of a run then takes those records from memory, checked against the file's bytes
+    (``rollout.journal_read.read_written``), instead of parsing them back."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, tasks: list[Task], *, on_rollout: ProgressFn | None = None,
+                 on_journaled: JournaledFn | None = None):
         self.cfg = cfg
         self.run_dir = run_dir
         self.tasks = tasks
         self.on_rollout = on_rollout
+        self.on_journaled = on_journaled
+        self.written: Written | None = None
         self.envs: dict[str, MountedEnv] = {}
         # An environment whose session cap is below the run's concurrency: rollouts queue here for a free
         # session (back-pressure) instead of opening one the store would refuse.
@@ -141,27 +152,36 @@ class Collector:
                 return await run(n)
 
         await attempts_until_scored(attempt, first_attempt, self.cfg.max_attempts, journal, self.on_rollout,
-                                    task=task)
+                                    task=task, on_journaled=self.on_journaled)
 
     async def collect(self, pending: list[tuple[Task, int, int]]) -> None:
         await self._setup()
         try:
-            async with Journal(self.run_dir / rundir.JOURNAL) as journal:
+            journal = Journal(self.run_dir / rundir.JOURNAL, keep=self.on_journaled is not None)
+            async with journal:
                 await drain(pending, self.cfg.concurrency, lambda t, r, a: self._one(t, r, a, journal))
+            self.written = journal.written
         finally:
             await self._teardown()
 
 
 async def attempts_until_scored(attempt: Callable[[int], Awaitable[Rollout]], first_attempt: int, max_attempts: int,
                                 journal: Appender, on_rollout: ProgressFn | None, *,
-                                task: Task | None = None) -> None:
+                                task: Task | None = None, on_journaled: JournaledFn | None = None) -> None:
     """Run attempts ``first_attempt, ...`` of one (task, repeat) until one is scored or none is left; each is
     journaled before the next starts, with a short backoff between them. Shared by the local and the Ray
     collectors, which differ only in how one attempt runs. Records are journaled compact, referencing
-    ``task`` (stored once, in tasks.jsonl) instead of copying its input (rollout/compact.py)."""
+    ``task`` (stored once, in tasks.jsonl) instead of copying its input (rollout/compact.py);
+    ``on_journaled`` sees each in full once it is (``Collector``)."""
     for n in range(first_attempt, max_attempts):
         rollout = await attempt(n)
-        await journal.append(compact_rollout(rollout, task))
+        if on_journaled is None:
+            await journal.append(compact_rollout(rollout, task))
+        else:
+            record, full = journal_forms(rollout, task)
+            index = await journal.append(record)
+            if full is not None and type(index) is int:
+                on_journaled(index, full)
         done = rollout.outcome.status == "scored" or is_deterministic(rollout)
         if on_rollout:
             on_rollout(rollout, done or n + 1 >= max_attempts)

@@ -50,7 +50,7 @@ from palaestra.rollout.expand import RunTasks, expand_record, expand_records, is
 from palaestra.rollout.plain import is_plain, plain_data
 
 __all__ = ["MIN_TEXT", "CompactError", "RunTasks", "TaskLookup", "compact_record", "compact_rollout",
-           "expand_record", "expand_records", "is_compact", "read_expanded", "task_texts"]
+           "expand_record", "expand_records", "is_compact", "journal_forms", "read_expanded", "task_texts"]
 
 log = logging.getLogger(__name__)
 
@@ -280,20 +280,34 @@ def compact_rollout(rollout: Any, task: Task | None = None) -> Any:
     """The journal form of a Rollout: dumped in JSON mode (``rollout.plain``: without pydantic's walk when
     the record is plain data, the same JSON either way) and compacted. Never loses a record: should
     compaction fail on an odd record, the record is journaled whole (and the failure logged)."""
+    return journal_forms(rollout, task)[0]
+
+
+def journal_forms(rollout: Any, task: Task | None = None) -> tuple[Any, dict[str, Any] | None]:
+    """``compact_rollout``'s journal form, and the record in full as JSON data: what ``expand_record`` of
+    the journal line gives back, had without expanding (the end of a run encodes report transcripts from
+    it). The full form shares values with the Rollout and the journal form: for reading, not keeping."""
     fast = plain_data(rollout) if type(rollout) is Rollout else None  # no pydantic walk (rollout/plain.py)
     if fast is not None:
         try:
-            compacted = compact_record(fast, task, source=rollout)
+            compacted = compact_record(_shell(fast), task, source=rollout)
         except Exception:  # whatever it was, pydantic's dump below settles it
             compacted = None
         if compacted is not None and is_plain(compacted):  # checked compacted: a fraction of the bytes
-            return compacted
+            return compacted, fast
     data: dict[str, Any] = rollout.model_dump(mode="json", exclude_none=False)
     try:
-        return compact_record(data, task, source=rollout)
+        return compact_record(_shell(data), task, source=rollout), data
     except Exception:  # pragma: no cover - a bug here must cost bytes, never a record
         log.exception("could not compact rollout %s; journaling it whole", getattr(rollout, "rollout_id", "?"))
-        return rollout
+        return rollout, data
+
+
+def _shell(rec: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``rec`` and its trajectory, the two dicts ``compact_record`` writes into: compacting the
+    copy leaves ``rec`` whole."""
+    traj = rec.get("trajectory")
+    return {**rec, "trajectory": dict(traj)} if type(traj) is dict else dict(rec)
 
 
 # ---- expansion -------------------------------------------------------------------------------------

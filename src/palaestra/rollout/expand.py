@@ -275,7 +275,7 @@ def read_expanded(journal: str | os.PathLike[str], tasks: TaskLookup | None = No
                   missing_ok: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
     """Every whole record of a journal, expanded against the run's ``tasks.jsonl`` (beside the journal,
     unless ``tasks`` is given), plus the problems met: dropped lines and records that cannot expand."""
-    from palaestra.rollout.journal import read_journal
+    from palaestra.rollout.journal_read import read_journal
     from palaestra.rollout.rundir import TASKS
 
     records, problems = read_journal(journal, missing_ok=missing_ok)

@@ -5,7 +5,7 @@ crash at any instant must leave whole records. Group commit makes that cheap: ``
 and waits; one background task writes everything queued with one ``write`` and one ``fsync`` (in a worker
 thread, so the loop keeps running), then acknowledges the batch, so thousands of records per second cost
 tens of fsyncs. A failed write or fsync truncates back to the last acknowledged byte and fails the whole
-batch with ``JournalError``; a crash mid-write leaves at most a torn last line, which ``read_journal``
+batch with ``JournalError``; a crash mid-write leaves at most a torn last line, which ``journal_read.read_journal``
 drops and ``repair`` (run by ``open``) cuts off. An exclusive ``flock`` keeps a second writer out.
 """
 
@@ -17,7 +17,9 @@ import fcntl
 import json
 import os
 import threading
+import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +28,10 @@ from pydantic import BaseModel
 
 from palaestra.core.errors import PalaestraError
 
-__all__ = ["Journal", "JournalError", "encode_record", "read_journal", "repair"]
+__all__ = ["Journal", "JournalError", "Written", "encode_record", "repair"]
 
-_Batch = list[tuple[bytes, "asyncio.Future[None]"]]  # encoded lines and the appends waiting on them
+# encoded lines, the appends waiting on them, and (when the journal keeps what it wrote) their records
+_Batch = list[tuple[bytes, "asyncio.Future[None]", Any]]
 _RESUME_HINT = "free space or fix the disk holding the run directory, then resume the run"
 
 
@@ -45,6 +48,12 @@ class JournalError(PalaestraError):
 
 def encode_record(record: Mapping[str, Any] | BaseModel) -> bytes:
     """One journal line (newline included). Raises TypeError, naming the problem, for unencodable records."""
+    return _encode(record)[0]
+
+
+def _encode(record: Mapping[str, Any] | BaseModel) -> tuple[bytes, bool]:
+    """``encode_record``'s line, and whether it is ``record`` itself as JSON (a dict no text of which had to
+    be replaced), so that parsing it gives ``record`` back."""
     obj: Any = record.model_dump(mode="json", exclude_none=False) if isinstance(record, BaseModel) else record
     if not isinstance(obj, Mapping):
         raise TypeError(f"journal records must be dicts or pydantic models, got {type(record).__name__}")
@@ -52,12 +61,40 @@ def encode_record(record: Mapping[str, Any] | BaseModel) -> bytes:
         # A right-sized copy: orjson's bytes keep its whole output buffer (8 KB for a 1.8 KB record), and
         # a line waits in the group-commit queue until its batch is fsynced; with tens of thousands of
         # rollouts finishing together that buffer slack was the largest holder of memory in flight.
-        return memoryview(orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)).tobytes()
+        return memoryview(orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)).tobytes(), obj is record
     except TypeError as exc:  # orjson.JSONEncodeError subclasses TypeError
         if "surrogates" in str(exc):  # text no UTF-8 can hold (a lone surrogate): replaced, so nothing is lost
             fixed = json.loads(json.dumps(obj, ensure_ascii=False).encode("utf-8", "replace"))
-            return orjson.dumps(fixed, option=orjson.OPT_APPEND_NEWLINE)
+            return orjson.dumps(fixed, option=orjson.OPT_APPEND_NEWLINE), False
         raise TypeError(f"journal record is not JSON-serialisable: {exc}; use plain JSON types") from exc
+
+
+@dataclass
+class Written:
+    """What one open Journal appended, kept so the end of a run need not parse its own records back.
+
+    ``records`` are the records as appended, in file order, from byte ``start`` (the journal's end when it
+    was opened); ``size`` and ``crc`` are the length and CRC-32 of the bytes they were written as. A reader
+    that finds exactly those bytes there (``journal_read.read_written``) takes the records as what
+    parsing them would give: the bytes are the records' own encoding, checked, not trusted. ``intact`` is
+    False once a batch failed or lines were appended that the journal did not encode (``append_lines``):
+    then nothing here is to be used."""
+
+    start: int
+    size: int = 0
+    crc: int = 0
+    records: list[Any] = field(default_factory=list)
+    intact: bool = True
+
+    def add(self, data: bytes, batch: _Batch) -> None:
+        if self.intact and any(record is None for _, _, record in batch):
+            self.intact = False
+        if not self.intact:
+            self.records.clear()
+            return
+        self.records.extend(record for _, _, record in batch)
+        self.size += len(data)
+        self.crc = zlib.crc32(data, self.crc)
 
 
 def _os_error(action: str, path: Path, exc: OSError, hint: str = _RESUME_HINT) -> JournalError:
@@ -121,53 +158,17 @@ def repair(path: str | os.PathLike[str]) -> list[str]:
         os.close(fd)
 
 
-def read_journal(path: str | os.PathLike[str], *, missing_ok: bool = False,
-                 lines: list[int] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """All whole records, plus a description of every line that was dropped and why. When ``lines`` is
-    given, the line number of each record is appended to it (so a caller can name the line of a record
-    it rejects later, e.g. one that is JSON but not a Rollout).
-
-    A torn or invalid *last* line is what a crash leaves behind and is dropped as unacknowledged; an
-    invalid line elsewhere means the file was damaged or edited, and is skipped with its line number.
-    """
-    p = Path(path)
-    if missing_ok and not p.exists():
-        return [], []
-    records: list[dict[str, Any]] = []
-    problems: list[str] = []
-    bad: tuple[int, str] | None = None  # an invalid line is "torn" only if no other line follows it
-    with p.open("rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            blank = raw.isspace() or not raw  # (not raw.strip(), without copying the line twice)
-            if not blank and bad is not None:
-                problems.append(f"{p}:{bad[0]}: invalid JSON ({bad[1]}); line skipped")
-                bad = None
-            if not raw.endswith(b"\n"):
-                problems.append(f"{p}:{lineno}: torn last line ({len(raw)} bytes, no trailing newline) "
-                                "dropped: a crash interrupted its append, so it was never acknowledged")
-            elif not blank:
-                try:
-                    obj = orjson.loads(raw)
-                except orjson.JSONDecodeError as exc:
-                    bad = (lineno, str(exc))
-                    continue
-                if isinstance(obj, dict):
-                    records.append(obj)
-                    if lines is not None:
-                        lines.append(lineno)
-                else:
-                    problems.append(f"{p}:{lineno}: not a JSON object ({type(obj).__name__}); line skipped")
-    if bad is not None:
-        problems.append(f"{p}:{bad[0]}: torn last line (invalid JSON: {bad[1]}) dropped: left by a crash, "
-                        "never acknowledged")
-    return records, problems
-
-
 class Journal:
-    """Append-only, fsynced JSONL journal with group commit. Use ``async with Journal(path) as j``."""
+    """Append-only, fsynced JSONL journal with group commit. Use ``async with Journal(path) as j``.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    ``keep``: hold every appended record in ``written`` (``Written``), so the end of a run reads its own
+    records back without parsing them; a caller must then not change a record after appending it."""
+
+    def __init__(self, path: str | os.PathLike[str], *, keep: bool = False) -> None:
         self.path = Path(path)
+        self.keep = keep
+        self.written: Written | None = None  # with ``keep``: what this open journal appended
+        self._appended = 0
         self.fsyncs = self.records_written = 0
         self.repairs: list[str] = []
         self._fd: int | None = None
@@ -183,6 +184,8 @@ class Journal:
         if self._fd is not None:
             raise JournalError(f"journal {self.path} is already open", path=self.path)
         self._fd, self._offset, self.repairs = await asyncio.to_thread(self._open_sync)
+        self.written = Written(self._offset) if self.keep else None
+        self._appended = 0
         self._closing, self._broken, self._wake = False, None, asyncio.Event()
         self._writer = asyncio.create_task(self._run_writer(), name=f"journal-writer:{self.path.name}")
         return self
@@ -209,18 +212,25 @@ class Journal:
                                 "and its disk healthy") from exc
             raise
 
-    async def append(self, record: Mapping[str, Any] | BaseModel) -> None:
-        """Return once the record is written and fsynced; raise JournalError if it could not be."""
+    async def append(self, record: Mapping[str, Any] | BaseModel) -> int:
+        """Return once the record is written and fsynced; raise JournalError if it could not be. Returns the
+        record's index among those appended since the journal opened (its order in the file, while every
+        batch is written: ``written.intact``)."""
         if self._broken is not None:
             raise JournalError(self._broken, path=self.path, hint=_RESUME_HINT)
         if self._fd is None or self._closing or self._writer is None or self._writer.done():
             raise JournalError(f"journal {self.path} is not open", path=self.path,
                                hint="call `await journal.open()` (or use `async with Journal(path)`) first")
-        line, fut = encode_record(record), asyncio.get_running_loop().create_future()
-        del record  # the caller's record (often a temporary dict) need not live until the fsync
-        self._pending.append((line, fut))
+        (line, exact), fut = _encode(record), asyncio.get_running_loop().create_future()
+        kept = None
+        if self.written is not None:  # kept as the dict a reader would parse from ``line``
+            kept = record if exact and type(record) is dict else orjson.loads(line)
+        del record  # otherwise the caller's record (often a temporary dict) need not live until the fsync
+        self._pending.append((line, fut, kept))
+        index, self._appended = self._appended, self._appended + 1
         self._wake.set()
         await fut
+        return index
 
     async def append_lines(self, lines: list[bytes]) -> None:
         """Append records already encoded elsewhere (by ``encode_record``, one JSON object and its newline
@@ -234,7 +244,8 @@ class Journal:
         if not lines:
             return
         fut = asyncio.get_running_loop().create_future()
-        self._pending.extend((line, fut) for line in lines)  # one batch: the writer takes all of _pending at once
+        self._pending.extend((line, fut, None) for line in lines)
+        self._appended += len(lines)  # one batch: the writer takes all of _pending at once
         self._wake.set()
         await fut
 
@@ -275,7 +286,7 @@ class Journal:
             self._pending = []
 
     async def _commit(self, batch: _Batch) -> None:
-        data = b"".join(line for line, _ in batch)
+        data = b"".join(line for line, _, _ in batch)
         try:
             await asyncio.to_thread(self._write_sync, data)
         except JournalError as exc:
@@ -286,12 +297,16 @@ class Journal:
             self._fail(batch, self._broken)
             raise
         self.fsyncs, self.records_written = self.fsyncs + 1, self.records_written + len(batch)
-        for _, fut in batch:
+        if self.written is not None:
+            self.written.add(data, batch)
+        for _, fut, _ in batch:
             if not fut.done():  # the caller may have been cancelled; the record is durable all the same
                 fut.set_result(None)
 
     def _fail(self, batch: _Batch, msg: str, errno: int | None = None) -> None:
-        for _, fut in batch:
+        if batch and self.written is not None:
+            self.written.intact = False  # a failed batch: the file no longer follows the order of appends
+        for _, fut, _ in batch:
             if not fut.done():
                 fut.set_exception(JournalError(msg, path=self.path, errno=errno, hint=_RESUME_HINT))
 

@@ -11,8 +11,9 @@ checks the compacted record, a fraction of the bytes). Anything it cannot vouch 
 does not know, a pydantic model, datetime or dataclass inside a free-form value, a non-string key, a
 set) fails the check, and the caller dumps with pydantic as before: the journal line is the same bytes either way.
 
-The result shares the rollout's free-form values, so it is for encoding right away (compaction copies
-what it changes and never writes into them), not for keeping."""
+The result shares the rollout's free-form values: it is for encoding, and for keeping only as the record
+of a finished rollout (a journal that keeps what it appends, ``rollout.journal.Written``): compaction
+copies what it changes and never writes into them, and nothing writes into a finished rollout."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ from palaestra.envs.registry import load_env_class
 from palaestra.metrics.rows import Effective, Row, counted_row, rollout_problem, row_from_record, row_from_rollout
 from palaestra.rollout import rundir
 from palaestra.rollout.compact import CompactError, RunTasks, expand_record
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal import Written
+from palaestra.rollout.journal_read import read_written
 
 
 def expected_counts(tasks: list[Task], repeats: int) -> dict[tuple[str, str], int]:
@@ -53,7 +54,9 @@ class JournalRead:
     records validated as Rollouts where a Rollout itself is needed (``read_run_journal``); ``problems``
     the lines that are not JSON records and ``invalid`` the records that are JSON but not Rollouts, each
     naming its line. Expanded records are not kept: holding them beside ``records`` cost 15 MB more peak
-    RSS on a 2,000-rollout run for ~0.01 ms of CPU per rollout, so the report expands again what it renders."""
+    RSS on a 2,000-rollout run for ~0.01 ms of CPU per rollout, so the report expands again what it renders.
+    ``kept_from``: the index of the first record taken from what the journal kept as it wrote them
+    (``read_run_journal``'s ``written``), None when every record was parsed."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
@@ -61,6 +64,7 @@ class JournalRead:
     rollouts: list[Rollout] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)
+    kept_from: int | None = None
 
 
 def has_metrics_hook(env_name: str) -> bool:
@@ -89,7 +93,7 @@ def _needs_rollout(record: dict[str, Any], hooks: dict[str, bool]) -> bool:
 
 
 def read_run_journal(path: Path, *, on_expanded: Callable[[int, dict[str, Any]], None] | None = None,
-                     every_rollout: bool = False) -> JournalRead:
+                     every_rollout: bool = False, written: Written | None = None) -> JournalRead:
     """Read the journal at ``path`` once: every record parsed, expanded and checked (a record read back is
     always checked; none is trusted for having been written by this process).
 
@@ -102,10 +106,17 @@ def read_run_journal(path: Path, *, on_expanded: Callable[[int, dict[str, Any]],
 
     ``on_expanded(seq, record)`` sees each record that expands, with its index in ``records``, before the
     expanded form is dropped: the end of a run encodes report transcripts there instead of expanding
-    every record a second time."""
+    every record a second time.
+
+    ``written``: what the Journal that wrote this run's last records kept of them (the end of a run
+    passes its collector's). If the file ends with exactly the bytes it wrote, those records are taken
+    as kept, not parsed (``rollout.journal_read.read_written``: a fifth of the end of a single-turn run), and
+    expanded only where a Rollout of them is needed; their rows are checked all the same, and
+    ``on_expanded`` does not see them (their writer saw them in full already)."""
     lines: list[int] = []
-    records, problems = read_journal(path, missing_ok=True, lines=lines)
-    out = JournalRead(records=records, problems=problems)
+    records, problems, kept_from = read_written(path, written, missing_ok=True, lines=lines)
+    out = JournalRead(records=records, problems=problems, kept_from=kept_from)
+    first_kept = len(records) if kept_from is None else kept_from
     tasks = RunTasks(path.parent / rundir.TASKS)  # compact records reference their task's input
     effective = Effective()
     hooks: dict[str, bool] = {}
@@ -114,12 +125,16 @@ def read_run_journal(path: Path, *, on_expanded: Callable[[int, dict[str, Any]],
         shown = row if row is not None else row_from_record(seq, r)  # the report lists every record
         effective.add(shown)
         out.rows.append(shown)
+        kept = seq >= first_kept
+        if kept and row is not None and not every_rollout and not _needs_rollout(r, hooks):
+            out.counted.append(row)  # written by this run as a Rollout, found byte for byte in the file
+            continue
         try:
             full = expand_record(r, tasks)
         except CompactError as exc:
             out.invalid.append(f"{path}:{lineno}: cannot be expanded ({exc}); line skipped")
             continue
-        if on_expanded is not None:
+        if on_expanded is not None and not kept:
             on_expanded(seq, full)
         if row is not None and not every_rollout and not _needs_rollout(full, hooks):
             out.counted.append(row)

@@ -18,7 +18,7 @@ from palaestra.core.errors import ConfigError
 from palaestra.core.records import Rollout
 from palaestra.rollout import rundir
 from palaestra.rollout.compact import CompactError, RunTasks, expand_record
-from palaestra.rollout.journal import read_journal
+from palaestra.rollout.journal_read import read_journal
 from palaestra.train.advantages import NORMALISATIONS, Normalisation
 from palaestra.train.rows import ExportStats, Row, dpo_rows, rl_rows, sft_rows
 from palaestra.train.sequence import DRIFT_POLICIES, DriftPolicy
