@@ -270,7 +270,7 @@ async def test_a_kept_journal_is_read_from_memory_only_while_the_file_holds_its_
     parsed_lines: list[int] = []
     parsed, parse_problems = read_journal(path, lines=parsed_lines)
     lines: list[int] = []
-    records, problems, first = read_written(path, written, lines=lines)
+    records, problems, first = read_written(path, written, lines=lines)  # (line 2 is the damaged one)
     assert first == 2 and records == parsed and problems == parse_problems and lines == parsed_lines
     assert "line skipped" in problems[0] and "torn" not in problems[0]
     assert all(a is b for a, b in zip(records[2:], written.records, strict=True))  # not parsed: kept
@@ -283,11 +283,35 @@ async def test_a_kept_journal_is_read_from_memory_only_while_the_file_holds_its_
     records, _, first = read_written(path, written)
     assert first is None and records == read_journal(path)[0]
     assert any(str(r.get("payload", "")).startswith("y") for r in records)  # the file's bytes, not memory
-    path.write_bytes(data + orjson.dumps(rec(99)) + b"\n")  # a line appended after the journal closed
-    records, _, first = read_written(path, written)
-    assert first is None and records[-1] == rec(99) and len(records) == 9
+    path.write_bytes(data + orjson.dumps(rec(99)) + b"\n")  # a line appended after the journal closed: parsed
+    lines.clear()
+    records, _, first = read_written(path, written, lines=lines)
+    assert first == 2 and records[-1] == rec(99) and len(records) == 9 and records[2] is written.records[0]
+    assert lines == [1, 3, 4, 5, 6, 7, 8, 9, 10]
+    path.write_bytes(data[:-5])  # shorter than what the journal wrote: nothing kept is used
+    assert read_written(path, written)[2] is None
+    path.write_bytes(data)
 
     async with Journal(path, keep=True) as j:  # lines it did not encode itself: nothing kept is used
         await j.append_lines([orjson.dumps(rec(100)) + b"\n"])
         assert j.written is not None and not j.written.intact
         assert read_written(path, j.written)[2] is None
+
+
+async def test_a_kept_journal_holds_no_more_than_its_budget_and_the_rest_is_parsed(tmp_path: Path) -> None:
+    """Past ``keep_bytes`` a Journal keeps no more records (a long run holds a bounded amount while it
+    collects); the end of the run takes the kept ones from memory and parses the lines after them."""
+    from palaestra.rollout.journal_read import read_written
+
+    path = tmp_path / "rollouts.jsonl"
+    async with Journal(path, keep=True, keep_bytes=1000) as j:
+        for i in range(30):  # one at a time: each its own batch
+            await j.append(rec(i))
+        written = j.written
+    assert written is not None and written.full and written.intact
+    assert 0 < len(written.records) < 30 and written.size <= 1000
+    lines: list[int] = []
+    records, problems, first = read_written(path, written, lines=lines)
+    assert first == 0 and problems == [] and records == [rec(i) for i in range(30)] and lines == list(range(1, 31))
+    assert all(a is b for a, b in zip(records, written.records, strict=False))
+    assert records[len(written.records)] is not written.records[-1]  # the rest: parsed

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from palaestra.core.errors import PalaestraError
 
-__all__ = ["Journal", "JournalError", "Written", "encode_record", "repair"]
+__all__ = ["KEEP_BYTES", "Journal", "JournalError", "Written", "encode_record", "repair"]
 
 # encoded lines, the appends waiting on them, and (when the journal keeps what it wrote) their records
 _Batch = list[tuple[bytes, "asyncio.Future[None]", Any]]
@@ -69,6 +69,12 @@ def _encode(record: Mapping[str, Any] | BaseModel) -> tuple[bytes, bool]:
         raise TypeError(f"journal record is not JSON-serialisable: {exc}; use plain JSON types") from exc
 
 
+# What a keeping Journal holds at most, in bytes of the lines it wrote (~18,000 single-turn records; their
+# dicts take about four times as much memory): beyond it, the rest of a long run is parsed back at its
+# end, so a run of any length holds no more than this while it collects.
+KEEP_BYTES = 32 << 20
+
+
 @dataclass
 class Written:
     """What one open Journal appended, kept so the end of a run need not parse its own records back.
@@ -76,21 +82,27 @@ class Written:
     ``records`` are the records as appended, in file order, from byte ``start`` (the journal's end when it
     was opened); ``size`` and ``crc`` are the length and CRC-32 of the bytes they were written as. A reader
     that finds exactly those bytes there (``journal_read.read_written``) takes the records as what
-    parsing them would give: the bytes are the records' own encoding, checked, not trusted. ``intact`` is
-    False once a batch failed or lines were appended that the journal did not encode (``append_lines``):
-    then nothing here is to be used."""
+    parsing them would give: the bytes are the records' own encoding, checked, not trusted. Once the
+    lines reach ``budget`` bytes no more are kept (``full``): the lines after them are parsed as any
+    other. ``intact`` is False once a batch failed or lines were appended that the journal did not
+    encode (``append_lines``): then nothing here is to be used."""
 
     start: int
+    budget: int = KEEP_BYTES
     size: int = 0
     crc: int = 0
     records: list[Any] = field(default_factory=list)
     intact: bool = True
+    full: bool = False
 
     def add(self, data: bytes, batch: _Batch) -> None:
         if self.intact and any(record is None for _, _, record in batch):
             self.intact = False
         if not self.intact:
             self.records.clear()
+            return
+        if self.full or self.size + len(data) > self.budget:
+            self.full = True  # later batches follow in the file: they are read back from it
             return
         self.records.extend(record for _, _, record in batch)
         self.size += len(data)
@@ -161,12 +173,13 @@ def repair(path: str | os.PathLike[str]) -> list[str]:
 class Journal:
     """Append-only, fsynced JSONL journal with group commit. Use ``async with Journal(path) as j``.
 
-    ``keep``: hold every appended record in ``written`` (``Written``), so the end of a run reads its own
-    records back without parsing them; a caller must then not change a record after appending it."""
+    ``keep``: hold the appended records in ``written`` (``Written``, up to ``keep_bytes`` of their lines),
+    so the end of a run reads its own records back without parsing them; a caller must then not change
+    a record after appending it."""
 
-    def __init__(self, path: str | os.PathLike[str], *, keep: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, keep: bool = False, keep_bytes: int = KEEP_BYTES) -> None:
         self.path = Path(path)
-        self.keep = keep
+        self.keep, self.keep_bytes = keep, keep_bytes
         self.written: Written | None = None  # with ``keep``: what this open journal appended
         self._appended = 0
         self.fsyncs = self.records_written = 0
@@ -184,7 +197,7 @@ class Journal:
         if self._fd is not None:
             raise JournalError(f"journal {self.path} is already open", path=self.path)
         self._fd, self._offset, self.repairs = await asyncio.to_thread(self._open_sync)
-        self.written = Written(self._offset) if self.keep else None
+        self.written = Written(self._offset, self.keep_bytes) if self.keep else None
         self._appended = 0
         self._closing, self._broken, self._wake = False, None, asyncio.Event()
         self._writer = asyncio.create_task(self._run_writer(), name=f"journal-writer:{self.path.name}")

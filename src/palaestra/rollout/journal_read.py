@@ -32,43 +32,48 @@ def read_journal(path: str | os.PathLike[str], *, missing_ok: bool = False,
 
 def read_written(path: str | os.PathLike[str], written: Written | None, *, missing_ok: bool = False,
                  lines: list[int] | None = None) -> tuple[list[dict[str, Any]], list[str], int | None]:
-    """``read_journal`` of a journal whose tail ``written`` describes (what the Journal that appended it
-    kept). When the file ends with exactly the bytes that Journal wrote (same length and CRC-32), those
-    records are taken as kept instead of parsed, and only the lines before them are read; otherwise the
-    whole file is read. The third value is the index of the first record taken from ``written`` (None:
-    none was)."""
+    """``read_journal`` of a journal appended to by a Journal that kept its records (``written``). When the
+    file holds, from where that Journal started, exactly the bytes it wrote them as (same length and
+    CRC-32), those records are taken as kept instead of parsed; the lines before them (an earlier
+    session's) and after them (the rest of a run too long to keep whole, or lines appended since) are
+    parsed. Otherwise the whole file is. The third value is the index of the first record taken from
+    ``written`` (None: none was)."""
     p = Path(path)
     if missing_ok and not p.exists():
         return [], [], None
     records: list[dict[str, Any]] = []
     problems: list[str] = []
     with p.open("rb") as f:
-        tail = _written_tail(f, written)
-        if tail is None:
+        size = _kept_size(f, written)
+        if written is None or size is None:
             _read_lines(f, p, records, problems, lines)
             return records, problems, None
-        n_lines = _read_lines(f, p, records, problems, lines, end=tail.start, more=bool(tail.records))
-    first = len(records)
-    records.extend(tail.records)
-    if lines is not None:
-        lines.extend(range(n_lines + 1, n_lines + 1 + len(tail.records)))
+        end = written.start + written.size
+        n_lines = _read_lines(f, p, records, problems, lines, end=written.start, more=size > written.start)
+        first = len(records)
+        records.extend(written.records)
+        if lines is not None:
+            lines.extend(range(n_lines + 1, n_lines + 1 + len(written.records)))
+        if size > end:
+            f.seek(end)
+            _read_lines(f, p, records, problems, lines, first_line=n_lines + len(written.records) + 1)
     return records, problems, first
 
 
-def _written_tail(f: Any, written: Written | None) -> Written | None:
-    """``written`` if the file ``f`` ends with exactly the bytes it describes, else None; ``f`` is left at
-    its start."""
+def _kept_size(f: Any, written: Written | None) -> int | None:
+    """The size of the file ``f`` if it holds the bytes ``written`` describes where it says, else None;
+    ``f`` is left at its start."""
     if written is None or not written.intact:
         return None
     size = os.fstat(f.fileno()).st_size
-    if size != written.start + written.size:
+    if size < written.start + written.size:
         return None
     f.seek(written.start)
-    crc = 0
-    while chunk := f.read(1 << 20):
-        crc = zlib.crc32(chunk, crc)
+    crc, left = 0, written.size
+    while left > 0 and (chunk := f.read(min(left, 1 << 20))):
+        crc, left = zlib.crc32(chunk, crc), left - len(chunk)
     f.seek(0)
-    return written if crc == written.crc else None
+    return size if left == 0 and crc == written.crc else None
 
 
 def _upto(f: Any, end: int) -> Iterator[bytes]:
@@ -83,12 +88,13 @@ def _upto(f: Any, end: int) -> Iterator[bytes]:
 
 
 def _read_lines(f: Any, p: Path, records: list[dict[str, Any]], problems: list[str], lines: list[int] | None,
-                *, end: int | None = None, more: bool = False) -> int:
-    """Parse the lines of ``f`` (up to byte ``end``) into ``records``; returns how many lines it read.
-    ``more``: lines follow ``end``, so an invalid last line before it is no torn tail."""
+                *, end: int | None = None, more: bool = False, first_line: int = 1) -> int:
+    """Parse the lines of ``f`` from where it is (up to byte ``end``) into ``records``, numbering them from
+    ``first_line``; returns the number of the last line read (``first_line - 1`` for none). ``more``:
+    lines follow ``end``, so an invalid last line before it is no torn tail."""
     bad: tuple[int, str] | None = None  # an invalid line is "torn" only if no other line follows it
-    lineno = 0
-    for lineno, raw in enumerate(f if end is None else _upto(f, end), 1):
+    lineno = first_line - 1
+    for lineno, raw in enumerate(f if end is None else _upto(f, end), first_line):
         blank = raw.isspace() or not raw  # (not raw.strip(), without copying the line twice)
         if not blank and bad is not None:
             problems.append(f"{p}:{bad[0]}: invalid JSON ({bad[1]}); line skipped")

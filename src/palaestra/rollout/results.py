@@ -109,14 +109,16 @@ def read_run_journal(path: Path, *, on_expanded: Callable[[int, dict[str, Any]],
     every record a second time.
 
     ``written``: what the Journal that wrote this run's last records kept of them (the end of a run
-    passes its collector's). If the file ends with exactly the bytes it wrote, those records are taken
+    passes its collector's). If the file holds exactly the bytes it wrote them as, those records are taken
     as kept, not parsed (``rollout.journal_read.read_written``: a fifth of the end of a single-turn run), and
     expanded only where a Rollout of them is needed; their rows are checked all the same, and
     ``on_expanded`` does not see them (their writer saw them in full already)."""
     lines: list[int] = []
     records, problems, kept_from = read_written(path, written, missing_ok=True, lines=lines)
     out = JournalRead(records=records, problems=problems, kept_from=kept_from)
-    first_kept = len(records) if kept_from is None else kept_from
+    kept_seqs = range(0)  # the records taken from ``written``
+    if kept_from is not None and written is not None:
+        kept_seqs = range(kept_from, kept_from + len(written.records))
     tasks = RunTasks(path.parent / rundir.TASKS)  # compact records reference their task's input
     effective = Effective()
     hooks: dict[str, bool] = {}
@@ -125,7 +127,7 @@ def read_run_journal(path: Path, *, on_expanded: Callable[[int, dict[str, Any]],
         shown = row if row is not None else row_from_record(seq, r)  # the report lists every record
         effective.add(shown)
         out.rows.append(shown)
-        kept = seq >= first_kept
+        kept = seq in kept_seqs
         if kept and row is not None and not every_rollout and not _needs_rollout(r, hooks):
             out.counted.append(row)  # written by this run as a Rollout, found byte for byte in the file
             continue
