@@ -128,12 +128,14 @@ def test_the_read_back_runs_with_the_collector_paused_and_leaves_it_as_it_was() 
         gc.enable()
 
 
+@pytest.mark.parametrize(("env", "agent"), [("mcqa", "single"), ("workplace", "tool")])
 def test_the_end_of_a_run_takes_its_own_records_from_memory_and_writes_what_a_fresh_read_gives(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        env: str, agent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The end of a run takes the records it collected from what its journal kept (checked against the
     file's bytes) and the transcripts encoded as each was journaled. Its metrics.json and report.html
     must be those a fresh read of the journal gives, for a first session and for a resumed one (whose
-    own records follow an earlier session's, read from the file)."""
+    own records follow an earlier session's, read from the file); single-turn, and multi-turn tool use
+    (records whose requests compaction shortened the most)."""
     from palaestra import orchestrator
     from palaestra.orchestrator import run_eval
     from palaestra.rollout.config import RunConfig
@@ -148,8 +150,8 @@ def test_the_end_of_a_run_takes_its_own_records_from_memory_and_writes_what_a_fr
 
     monkeypatch.setattr(orchestrator, "read_run_journal", spy)
     out = tmp_path / "run"
-    base = {"env": "mcqa", "model": "scripted:oracle?failure_rate=0.3", "repeats": 2, "limit": 6, "out": str(out),
-            "seed": 3}
+    base = {"env": env, "agent": agent, "model": "scripted:oracle?failure_rate=0.3", "repeats": 2, "limit": 6,
+            "out": str(out), "seed": 3}
     for session, attempts in enumerate((1, 3)):  # the second resumes the slots the first left failed
         before = len(read_journal_records(out))
         result = asyncio.run(run_eval(RunConfig(**base, max_attempts=attempts)))  # type: ignore[arg-type]
