@@ -51,12 +51,12 @@ def _encoded(seq: int, record: Mapping[str, Any] | None) -> bytes | None:
 
 
 class TranscriptCache:
-    """Transcripts encoded while the end of a run reads its journal back, up to the report's size budget.
+    """Transcripts encoded before the report is built, up to the report's size budget: as the collector
+    journals each record (from its full form), or as the end of a run reads a record back and expands it.
 
-    The read-back expands every record once to check it; encoding its transcript there spares the report
-    a second expansion of the same record (a tenth of the end of a run). It is only a cache: the report
-    picks its transcripts as it would without it, and encodes any it does not hold. Beyond the budget it
-    holds nothing more, so its memory is bounded however long the run."""
+    Either way the report is spared a second expansion of the same record (a tenth of the end of a run).
+    It is only a cache: the report picks its transcripts as it would without it, and encodes any it does
+    not hold. Beyond the budget it holds nothing more, so its memory is bounded however long the run."""
 
     def __init__(self, budget: int = DEFAULT_DETAIL_BYTES):
         self.budget = budget
@@ -70,23 +70,23 @@ class TranscriptCache:
             blob = _encoded(seq, record)
         except Exception:  # a report bug must not cost the run its read-back (the report tries it again)
             blob = None
-        if blob is None:
-            return
-        if self.used + len(blob) > self.budget:
-            self.used = self.budget  # full: later transcripts are encoded by the report, if it picks them
-            return
-        self.encoded[seq] = blob
-        self.used += len(blob)
+        if blob is not None:
+            self._hold(seq, blob)
 
     def merge(self, other: TranscriptCache) -> None:
         """Take ``other``'s transcripts (those of records this one did not see), within the budget."""
         for seq, blob in other.encoded.items():
-            if self.used + len(blob) > self.budget:
-                self.used = self.budget
+            if seq not in self.encoded and not self._hold(seq, blob):
                 return
-            if seq not in self.encoded:
-                self.encoded[seq] = blob
-                self.used += len(blob)
+
+    def _hold(self, seq: int, blob: bytes) -> bool:
+        """Keep ``blob`` as the transcript of ``seq`` if it fits the budget; False once the cache is full."""
+        if self.used + len(blob) > self.budget:
+            self.used = self.budget  # full: later transcripts are encoded by the report, if it picks them
+            return False
+        self.encoded[seq] = blob
+        self.used += len(blob)
+        return True
 
 
 def _details(encoded: Iterable[tuple[int, bytes | None]], budget: int) -> tuple[dict[str, orjson.Fragment], int]:
