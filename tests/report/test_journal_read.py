@@ -28,13 +28,14 @@ def _both(run_dir: Path) -> tuple[str, str]:
     small budget: a cache, so the page must not change with it."""
     info = load_run_info(run_dir)
     via_read = build_report(info, journal=read_run_journal(info.journal))
+    assert isinstance(via_read, bytes)
     for budget in (DEFAULT_DETAIL_BYTES, 3000):
         cache = TranscriptCache(budget)
         read = read_run_journal(info.journal, on_expanded=cache.add)
         assert cache.encoded and cache.used <= budget
         assert budget == DEFAULT_DETAIL_BYTES or len(cache.encoded) < len(read.records)  # the small one filled
         assert build_report(info, journal=read, transcripts=cache) == via_read
-    return build_report(info), via_read
+    return build_report(info).decode(), via_read.decode()
 
 
 def test_one_read_gives_the_same_report_on_a_real_run(real_run: Path, tmp_path: Path) -> None:

@@ -139,6 +139,6 @@ def test_bin_counts_puts_each_value_where_a_bisect_of_the_edges_does() -> None:
 
 
 def test_embed_json_is_script_safe() -> None:
-    text = embed_json({"a": "</script><!-- & >"})
-    assert "<" not in text and ">" not in text and "&" not in text
-    assert orjson.loads(text) == {"a": "</script><!-- & >"}
+    text = embed_json({"a": "</script><!-- & >", "b": "H₂O ≥ …"})
+    assert b"<" not in text and b">" not in text and b"&" not in text
+    assert orjson.loads(text) == {"a": "</script><!-- & >", "b": "H₂O ≥ …"}

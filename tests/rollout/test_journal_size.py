@@ -206,7 +206,7 @@ async def test_report_and_exports_read_a_compact_journal_as_the_whole_one(tmp_pa
         assert rollout_detail(indexes[0].read_record(seq), seq) == rollout_detail(indexes[1].read_record(seq), seq)
     # the two run.json files were written in different seconds: their "created" stamps may differ
     stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
-    reports = [stamp.sub("CREATED", build_report(load_run_info(d)).replace(str(d), "RUN"))
+    reports = [stamp.sub("CREATED", build_report(load_run_info(d)).decode().replace(str(d), "RUN"))
                for d in (compact_dir, whole_dir)]
     assert reports[0] == reports[1]
 

@@ -70,6 +70,10 @@ def _arguments(raw: Any, max_chars: int) -> str | None:
 
 
 def _message(m: Any, max_chars: int) -> dict[str, Any]:
+    if type(m) is dict and len(m) == 2:  # {"role", "content"} with a short text: most messages, as they are
+        role, content = m.get("role"), m.get("content")
+        if type(role) is str and role != "tool" and type(content) is str and len(content) <= max_chars:
+            return {"role": role, "content": content}
     if not is_map(m):
         return {"role": "?", "content": _text(m, max_chars)}
     role = str(m.get("role", "?"))
@@ -154,10 +158,11 @@ def rollout_detail(rec: Mapping[str, Any], seq: int, *, max_chars: int = MAX_CHA
     verdict = rec.get("verdict") if is_map(rec.get("verdict")) else None
     outcome = as_map(rec.get("outcome"))
     messages, tool_calls = _list(traj.get("messages")), _list(traj.get("tool_calls"))
+    get = rec.get
     return {
-        "seq": seq,
-        **{k: rec.get(k) for k in ("rollout_id", "task_id", "env", "agent", "model", "repeat", "attempt",
-                                   "started_at", "tags")},
+        "seq": seq, "rollout_id": get("rollout_id"), "task_id": get("task_id"), "env": get("env"),
+        "agent": get("agent"), "model": get("model"), "repeat": get("repeat"), "attempt": get("attempt"),
+        "started_at": get("started_at"), "tags": get("tags"),
         "outcome": {"status": outcome.get("status"), "kind": outcome.get("kind"),
                     "message": _text(outcome.get("message"), max_chars)},
         "verdict": None if verdict is None else {

@@ -42,10 +42,13 @@ def dumps(data: Any, option: int = 0) -> bytes:
         return orjson.dumps(data, option=option | orjson.OPT_NON_STR_KEYS)
 
 
-def embed_json(data: Any) -> str:
-    """JSON safe inside a script element: ``JSON.parse`` reads the escapes back as the same characters."""
-    raw = dumps(data, orjson.OPT_SERIALIZE_NUMPY).decode()
-    return raw.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+def embed_json(data: Any) -> bytes:
+    """JSON safe inside a script element, as UTF-8: ``JSON.parse`` reads the escapes back as the same
+    characters. Escaped in the encoded bytes, never decoded: these three bytes are never part of a longer
+    UTF-8 sequence, and a report's data (megabytes of transcripts) would otherwise be decoded, copied
+    three times by ``str.replace`` and encoded again, slowly once one character of it is not ASCII."""
+    raw = dumps(data, orjson.OPT_SERIALIZE_NUMPY)
+    return raw.replace(b"<", b"\\u003c").replace(b">", b"\\u003e").replace(b"&", b"\\u0026")
 
 
 def csp(scripts: list[str], *, connect_self: bool = False) -> str:
@@ -83,22 +86,24 @@ _VIEWER = """
 
 
 def render_page(*, title: str, overview_html: str, data: dict[str, Any], live: bool = False,
-                extra_sections: str = "") -> str:
-    """The whole document. ``overview_html`` must already be escaped (``overview.py`` builds it so)."""
+                extra_sections: str = "") -> bytes:
+    """The whole document, as UTF-8 (its data is encoded once, never as text: ``embed_json``).
+    ``overview_html`` must already be escaped (``overview.py`` builds it so)."""
     script = viewer_script()
     policy = csp([script], connect_self=live)
     status = '<span class="status" id="live-status">live</span>' if live else \
         '<span class="status">static report · opens offline</span>'
-    return f"""{_head(title, policy)}<body data-mode="{'live' if live else 'static'}">
+    head = f"""{_head(title, policy)}<body data-mode="{'live' if live else 'static'}">
 <header><h1>{esc(title)}</h1><a href="#overview">overview</a><a href="#rollouts">rollouts</a>{status}</header>
 <main>
 <section id="overview">{overview_html}</section>
 {extra_sections}{_VIEWER}
 </main>
-<script type="application/json" id="palaestra-data">{embed_json(data)}</script>
+<script type="application/json" id="palaestra-data">"""
+    return b"".join((head.encode(), embed_json(data), f"""</script>
 <script>{script}</script>
 </body></html>
-"""
+""".encode()))
 
 
 def _head(title: str, policy: str) -> str:

@@ -129,8 +129,8 @@ def _read_details(info: RunInfo, read: JournalRead, order: list[int], cache: Tra
 
 
 def build_report(info: RunInfo, *, max_detail_bytes: int = DEFAULT_DETAIL_BYTES,
-                 journal: JournalRead | None = None, transcripts: TranscriptCache | None = None) -> str:
-    """The report page of a run as a string.
+                 journal: JournalRead | None = None, transcripts: TranscriptCache | None = None) -> bytes:
+    """The report page of a run, as UTF-8.
 
     ``journal``: the journal as the caller already read it (``rollout.results.read_run_journal``, which
     the end of a run shares with metrics.json), so it is not read and expanded a second time, and
@@ -182,7 +182,7 @@ def write_report(run_dir: Path, *, out: Path | None = None, max_detail_bytes: in
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(html, encoding="utf-8")
+        tmp.write_bytes(html)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)

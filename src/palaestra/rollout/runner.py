@@ -5,10 +5,8 @@ and an infrastructure failure is never scored."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
-from collections.abc import Awaitable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from palaestra.adapters import nemo_gym_rows as nemo_rows
 from palaestra.agents.base import Agent, BackendChat, ToolSurface
@@ -17,6 +15,7 @@ from palaestra.core import ids
 from palaestra.core.errors import EnvironmentFailure, InfraError, PalaestraError
 from palaestra.core.records import ModelCallRecord, Outcome, Rollout, Task, Trajectory, Usage, Verdict
 from palaestra.models.base import CallContext
+from palaestra.rollout.deadline import within
 from palaestra.wire.env import SessionHandle
 
 
@@ -24,19 +23,6 @@ class Proxy(Protocol):
     def register(self, rollout_id: str, ctx: CallContext) -> None: ...
     async def complete(self, rollout_id: str | None, api: Any, body: dict[str, Any]) -> dict[str, Any]: ...
     def pop_calls(self, rollout_id: str) -> list[ModelCallRecord]: ...
-
-
-T = TypeVar("T")
-
-
-async def within(aw: Awaitable[T], seconds: float) -> T:
-    """``await aw`` with a timeout (asyncio.TimeoutError). On 3.11+ a timeout scope cancels the awaiting
-    task itself, where ``wait_for`` would wrap ``aw`` in a new task: that task costs more CPU than the
-    rest of a rollout's bookkeeping on the hot path."""
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(seconds):
-            return await aw
-    return await asyncio.wait_for(aw, seconds)
 
 
 def new_rollout_id() -> str:

@@ -1,0 +1,101 @@
+"""``rollout.deadline.within``: one timer for all the deadlines of one length, with what
+``asyncio.timeout`` gives a caller (the value, TimeoutError once due, a cancellation from elsewhere kept)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from palaestra.rollout import deadline
+from palaestra.rollout.deadline import within
+
+pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="Python 3.10: within is asyncio.wait_for")
+
+
+async def _never() -> None:
+    await asyncio.Event().wait()
+
+
+async def _value(x: int) -> int:
+    await asyncio.sleep(0)
+    return x
+
+
+def _queue(seconds: float) -> deadline._Queue:
+    return deadline._queue(asyncio.get_running_loop(), seconds)
+
+
+async def test_value_and_error_pass_through_and_no_timer_is_left() -> None:
+    assert await within(_value(7), 30.0) == 7
+
+    async def boom() -> None:
+        raise ValueError("x")
+
+    with pytest.raises(ValueError):
+        await within(boom(), 30.0)
+    queue = _queue(30.0)
+    assert queue.live == 0 and queue.timer is None and not queue.queue
+
+
+async def test_due_deadline_is_a_timeout_and_the_task_is_not_left_cancelled() -> None:
+    with pytest.raises(asyncio.TimeoutError):
+        await within(_never(), 0.01)
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    assert await within(_value(3), 0.01) == 3  # the task goes on as if nothing happened
+    assert _queue(0.01).live == 0
+
+
+async def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
+    started = asyncio.Event()
+
+    async def waiter() -> None:
+        started.set()
+        await within(_never(), 60.0)
+
+    task = asyncio.ensure_future(waiter())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _queue(60.0).live == 0
+
+
+async def test_many_at_once_each_gets_its_own_outcome() -> None:
+    async def one(i: int) -> str:
+        try:
+            return str(await within(_value(i) if i % 3 else _never(), 0.05))
+        except asyncio.TimeoutError:
+            return "timeout"
+
+    results = await asyncio.gather(*(one(i) for i in range(300)))
+    assert results == ["timeout" if i % 3 == 0 else str(i) for i in range(300)]
+    assert _queue(0.05).live == 0 and _queue(0.05).timer is None
+
+
+async def test_nested_deadlines_of_different_lengths() -> None:
+    async def inner() -> str:
+        try:
+            await within(_never(), 0.01)
+        except asyncio.TimeoutError:
+            return "inner timed out"
+        return "no"
+
+    assert await within(inner(), 60.0) == "inner timed out"
+    with pytest.raises(asyncio.TimeoutError):  # the outer one, shorter, fires through the inner one
+        await within(within(_never(), 60.0), 0.01)
+
+
+async def test_ended_deadlines_behind_a_running_one_do_not_pile_up() -> None:
+    long_one = asyncio.ensure_future(within(_never(), 5.0))
+    await asyncio.sleep(0)
+    queue = _queue(5.0)
+    for i in range(2000):
+        assert await within(_value(i), 5.0) == i
+        assert len(queue.queue) <= 2 * (queue.live + 1) + 65  # purged as it is added to
+    long_one.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await long_one
+    assert queue.live == 0 and queue.timer is None
