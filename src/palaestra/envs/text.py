@@ -13,22 +13,26 @@ import re
 __all__ = ["boxes", "has_box_opener", "last_open_box"]
 
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE = re.compile(r"[{}]")
 
 
 def boxes(text: str) -> list[tuple[int, int, str]]:
     """Every balanced ``\\boxed{...}`` / ``\\fbox{...}`` as (start, end, content), in order of position.
 
     One pass with a stack of open braces, so a reply full of unclosed boxes costs linear time, not
-    quadratic (replies are model output: hostile input for a verifier)."""
+    quadratic (replies are model output: hostile input for a verifier). The pass visits the braces only,
+    from the first box on (a regex finds them): a long reasoning reply is not walked character by character
+    in Python. Braces before the first box cannot close one."""
     starts = {m.end() - 1: m.start() for m in _BOX_OPEN.finditer(text)}
     if not starts:
         return []
     found: list[tuple[int, int, str]] = []
     stack: list[int] = []
-    for i, ch in enumerate(text):
-        if ch == "{":
+    for m in _BRACE.finditer(text, min(starts)):
+        i = m.start()
+        if text[i] == "{":
             stack.append(i)
-        elif ch == "}" and stack:
+        elif stack:
             opened = stack.pop()
             if opened in starts:
                 found.append((starts[opened], i + 1, text[opened + 1 : i]))

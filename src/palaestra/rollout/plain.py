@@ -17,9 +17,13 @@ copies what it changes and never writes into them, and nothing writes into a fin
 
 from __future__ import annotations
 
-from typing import Any
+import types
+from collections.abc import Callable
+from operator import itemgetter
+from typing import Any, Union, get_args, get_origin
 
 import orjson
+from pydantic import BaseModel
 
 from palaestra.core.records import (
     ModelCallRecord,
@@ -33,11 +37,30 @@ from palaestra.core.records import (
 
 __all__ = ["is_plain", "plain_data", "rollout_data"]
 
-# The record classes of a Rollout, each with its field names in declaration order (pydantic's dump order).
-_FIELDS: dict[type, tuple[str, ...]] = {
-    cls: tuple(cls.model_fields)
-    for cls in (Rollout, Outcome, Verdict, Trajectory, ToolCallRecord, ModelCallRecord, Usage)
-}
+_CLASSES = (Rollout, Outcome, Verdict, Trajectory, ToolCallRecord, ModelCallRecord, Usage)
+
+
+def _direct(annotation: Any) -> bool:
+    """Whether a field of this type can hold a record object, or a list of them, as its very value (what
+    ``_value`` converts): a record class, ``Any``, or a list or union of such."""
+    if annotation is Any or annotation is object or annotation in _CLASSES:
+        return True
+    if get_origin(annotation) in (list, Union, types.UnionType):
+        return any(_direct(a) for a in get_args(annotation))
+    return False
+
+
+def _plan(cls: type[BaseModel]) -> tuple[tuple[str, ...], Callable[[dict[str, Any]], tuple[Any, ...]], tuple[str, ...]]:
+    """A record class's field names in declaration order (pydantic's dump order), a getter of their values
+    from an instance's ``__dict__`` (all at once, in C), and the fields ``_value`` must look into."""
+    names = tuple(cls.model_fields)
+    if len(names) < 2:  # itemgetter of one name returns the value, not a tuple of it
+        raise TypeError(f"{cls.__name__}: rollout.plain expects records of two fields or more")
+    return names, itemgetter(*names), tuple(n for n, f in cls.model_fields.items() if _direct(f.annotation))
+
+
+# Each record class of a Rollout, planned once.
+_PLANS = {cls: _plan(cls) for cls in _CLASSES}
 # A datetime or dataclass inside a free-form value: orjson would write it its own way, pydantic its own.
 _CHECK = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
@@ -52,11 +75,12 @@ def _refuse(value: Any) -> Any:
 
 def _record(obj: Any) -> dict[str, Any]:
     """One record object as a new dict. Exact classes only: pydantic dumps a subclass by its declared type,
-    so one here (or any other model) is left in place, for orjson's check to refuse."""
-    values = obj.__dict__
-    out: dict[str, Any] = {}
-    for name in _FIELDS[type(obj)]:
-        out[name] = _value(values[name])
+    so one here (or any other model) is left in place, for orjson's check to refuse. Only the fields whose
+    type can hold a record are looked into; the others are plain data or fail the check."""
+    names, values_of, nested = _PLANS[type(obj)]
+    out = dict(zip(names, values_of(obj.__dict__)))
+    for name in nested:
+        out[name] = _value(out[name])
     extra = obj.__pydantic_extra__
     if extra:
         for key, value in extra.items():
@@ -66,10 +90,10 @@ def _record(obj: Any) -> dict[str, Any]:
 
 def _value(value: Any) -> Any:
     kind = type(value)
-    if kind in _FIELDS:
+    if kind in _PLANS:
         return _record(value)
-    if kind is list and value and type(value[0]) in _FIELDS:  # tool_calls, model_calls
-        return [_record(v) if type(v) in _FIELDS else v for v in value]
+    if kind is list and value and type(value[0]) in _PLANS:  # tool_calls, model_calls
+        return [_record(v) if type(v) in _PLANS else v for v in value]
     return value
 
 

@@ -63,27 +63,49 @@ def _sentence(text: str, start: int) -> tuple[str, int]:
     return fragment, start + len(fragment)
 
 
+def _may_match(text: str) -> tuple[bool, bool, bool, bool]:
+    """Whether ``_ANSWER_TAG``, ``_ANSWER_PHRASE``, ``_LETTER_FIRST`` and ``_CONCLUSION`` can match ``text``.
+
+    Each pattern needs one of a few words, ignoring case (``_LETTER_FIRST`` a literal "is"). In ASCII text
+    ``str.lower`` folds case exactly as ``re.IGNORECASE`` does, so a pattern none of whose words occurs
+    cannot match and is not run: each is a scan of the whole reply, and a short reply ("\\boxed{B}")
+    holds none of them. Other text runs every pattern."""
+    first = "is" in text
+    if not text.isascii():
+        return True, True, first, True
+    low = text.lower()
+    return ("<answer" in low,
+            "answer" in low or "option" in low or "choice" in low or "pick" in low or "choose" in low
+            or "select" in low or "go" in low or "it" in low,
+            first,
+            "so" in low or "therefore" in low or "hence" in low or "thus" in low)
+
+
 def _strong(text: str, letters: Sequence[str], options: Options) -> list[_Hit]:
     hits: list[_Hit] = []
     for pos, end, content in boxes(text):
         letter, cands = _read(content, letters, options)
         if letter or cands:
             hits.append((pos, end, letter, cands, "boxed"))
-    for m in _ANSWER_TAG.finditer(text):
-        letter, cands = _read(m.group(1), letters, options)
-        if letter or cands:
-            hits.append((m.start(), m.end(), letter, cands, "answer_tag"))
-    for m in _ANSWER_PHRASE.finditer(text):
-        fragment, end = _sentence(text, m.end())
-        if "\\boxed" in fragment or "\\fbox" in fragment:
-            continue  # "The answer is \boxed{B}": the box itself is the hit
-        letter, cands = _read(fragment, letters, options)
-        if letter or cands:
-            hits.append((m.start(), end, letter, cands, "answer_phrase"))
-    for pattern in (_LETTER_FIRST, _CONCLUSION):
-        for m in pattern.finditer(text):
-            if m.group(1) in letters:
-                hits.append((m.start(), m.end(), m.group(1), (), "answer_phrase"))
+    tag, phrase, letter_first, conclusion = _may_match(text)
+    if tag:
+        for m in _ANSWER_TAG.finditer(text):
+            letter, cands = _read(m.group(1), letters, options)
+            if letter or cands:
+                hits.append((m.start(), m.end(), letter, cands, "answer_tag"))
+    if phrase:
+        for m in _ANSWER_PHRASE.finditer(text):
+            fragment, end = _sentence(text, m.end())
+            if "\\boxed" in fragment or "\\fbox" in fragment:
+                continue  # "The answer is \boxed{B}": the box itself is the hit
+            letter, cands = _read(fragment, letters, options)
+            if letter or cands:
+                hits.append((m.start(), end, letter, cands, "answer_phrase"))
+    for pattern, may in ((_LETTER_FIRST, letter_first), (_CONCLUSION, conclusion)):
+        if may:
+            for m in pattern.finditer(text):
+                if m.group(1) in letters:
+                    hits.append((m.start(), m.end(), m.group(1), (), "answer_phrase"))
     return hits
 
 
@@ -118,6 +140,8 @@ def _weak(text: str, letters: Sequence[str], options: Options) -> list[_Hit]:
 
 def _revised(text: str, after: int, letter: str, letters: Sequence[str]) -> tuple[str, ...]:
     """Other options the reply turns to after its committed answer ("... Actually C")."""
+    if after >= len(text):  # nothing after it (a revision names a word and a letter)
+        return ()
     others = [m.group(1) for m in _REVISION.finditer(text, after) if m.group(1) in letters and m.group(1) != letter]
     return tuple(dict.fromkeys(others))
 
@@ -149,7 +173,7 @@ def extract(text: str, options: Options, mode: str = "auto") -> Extraction:
         if len(named) > 1:
             return Extraction(None, reason=AMBIGUOUS, candidates=tuple(named))
         return Extraction(None, reason="no_committed_answer" if named else "no_option_letter_found")
-    _, end, letter, cands, method = max(hits, key=lambda h: (h[0], h[1]))
+    _, end, letter, cands, method = hits[0] if len(hits) == 1 else max(hits, key=lambda h: (h[0], h[1]))
     if letter is None:
         return Extraction(None, method=method, reason=AMBIGUOUS, candidates=cands)
     revised = _revised(text, end, letter, letters)

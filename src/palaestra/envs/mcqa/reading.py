@@ -91,8 +91,9 @@ def _norm(text: str, fold_case: bool = True) -> str:
     text wrappers, spacing, end punctuation, and case unless ``fold_case`` is off.
 
     Cached: every verify compares against all of its task's option texts, the same strings each time."""
-    text = _unwrap(unicodedata.normalize("NFKC", text))
-    text = " ".join(_MARKUP.sub("", text).split())
+    if not text.isascii():  # NFKC leaves ASCII as it is
+        text = unicodedata.normalize("NFKC", text)
+    text = " ".join(_MARKUP.sub("", _unwrap(text)).split())
     return (text.lower() if fold_case else text).strip(" .,;:!\"'")
 
 
@@ -106,7 +107,11 @@ def _by_text(fragment: str, options: Options) -> str | None:
     target = _norm(fragment)
     if not target:
         return None
-    hits = [(letter, text) for letter, text in options if _norm(text) == target]
+    first = target[0]
+    # The normal form of ASCII text is made of its own characters, lowered: an ASCII option text without
+    # the target's first character cannot equal it, and is not normalized to find that out.
+    hits = [(letter, text) for letter, text in options
+            if (first in text.lower() or not text.isascii()) and _norm(text) == target]
     if len(hits) > 1:
         cased = _norm(fragment, fold_case=False)
         hits = [(letter, text) for letter, text in hits if _norm(text, fold_case=False) == cased]
@@ -170,8 +175,9 @@ def _mentions(text: str, letters: Sequence[str], options: Options) -> list[str]:
     """Distinct option letters named in ``text``, in order, ignoring restated option texts, articles
     and negated mentions."""
     for _, option_text in options:  # "B) Vitamin C": the C belongs to the option's text
-        if len(option_text.strip()) > 1:
-            text = blank_out(text, option_text.strip())
+        phrase = option_text.strip()
+        if 1 < len(phrase) <= len(text):  # a longer one is never in the text (blank_out says why)
+            text = blank_out(text, phrase)
     seen: list[str] = []
     for m in _MENTION.finditer(text):
         letter = m.group(1)
@@ -198,6 +204,8 @@ def _read(fragment: str, letters: Sequence[str], options: Options) -> tuple[str 
     whole = _by_text(fragment, options)
     if whole:
         return whole, ()
+    if len(fragment) == 1 and "A" <= fragment <= "Z":  # one capital letter, as asked: what the rest finds
+        return (fragment, ()) if fragment in letters else (None, ())
     head_letter: str | None = None
     head = _HEAD_PREFIX.sub("", fragment)
     m = _HEAD.match(head)
