@@ -19,7 +19,7 @@ from palaestra.core.records import (
     Usage,
     Verdict,
 )
-from palaestra.rollout.compact import compact_record, compact_rollout
+from palaestra.rollout.compact import compact_record, compact_rollout, journal_forms
 from palaestra.rollout.journal import encode_record
 from palaestra.rollout.plain import rollout_data
 
@@ -91,6 +91,9 @@ def test_same_json_as_pydantic_and_same_journal_line() -> None:
     after = encode_record(compact_rollout(rollout, _task()))
     assert after == before
     assert b'"$prefix"' in after  # and it was compacted: the second call's messages reference the first's
+    record, full, line = journal_forms(rollout, _task())
+    assert line == after == encode_record(record)  # the line the check encoded is the journal's, byte for byte
+    assert full is not None and orjson.dumps(full) == orjson.dumps(expected)
 
 
 def test_compaction_leaves_the_rollout_untouched() -> None:
@@ -121,6 +124,7 @@ def test_anything_but_plain_data_falls_back_to_pydantic() -> None:
     rollout.verdict.metadata = {"at": datetime.datetime(2026, 12, 2, tzinfo=datetime.timezone.utc)}  # type: ignore[union-attr]
     line = encode_record(compact_rollout(rollout, _task()))
     assert orjson.loads(line)["verdict"]["metadata"]["at"] == "2026-12-02T00:00:00Z"  # pydantic's form, as before
+    assert journal_forms(rollout, _task())[2] is None  # no line from the check: the journal encodes pydantic's form
 
 
 def test_a_subclass_is_dumped_by_pydantic() -> None:

@@ -82,8 +82,9 @@ class Channel:
             self.transport.write(b"".join(self.buf))
         self.buf.clear()
 
-    async def append(self, record: Any) -> None:
-        """The ``Appender`` the collector journals through: returns once the driver has fsynced it."""
+    async def append(self, record: Any, *, line: bytes | None = None) -> None:
+        """The ``Appender`` the collector journals through: returns once the driver has fsynced it.
+        ``line``: the record already encoded (``Journal.append``'s), sent as it is."""
         if self.gone:
             raise DriverGone("the driver is gone; this record cannot be journaled")
         self.seq += 1
@@ -97,7 +98,8 @@ class Channel:
         light = orjson.dumps({k: v for k, v in data.items() if k not in ("trajectory", "compact")}
                              ) if self.progress else b""
         meta = orjson.dumps([data.get("task_id"), data.get("repeat", 0), attempt, final])
-        self.send(b"R %d %d %b\t%b\t%b" % (self.seq, self.started, meta, light, encode_record(data)))
+        self.send(b"R %d %d %b\t%b\t%b" % (self.seq, self.started, meta, light,
+                                            line if line is not None else encode_record(data)))
         del record, data
         if not final or len(self.waiting) > self.window:
             await fut  # a retry starts after its failed attempt is journaled, as in one process

@@ -17,11 +17,16 @@ from palaestra.core.tools import ToolSpec, build_tool_spec, is_tool
 T = TypeVar("T")
 
 
+# What sync methods return most (a verdict, a state dict, None): never awaitable, and told apart by type
+# alone, before ``inspect.isawaitable`` (whose last check is an ABC's, for every value that is not).
+_PLAIN = frozenset((dict, list, str, int, float, bool, type(None), Verdict))
+
+
 async def maybe_await(value: T | Awaitable[T]) -> T:
     """Let authors write sync or async methods: await only what needs awaiting."""
-    if inspect.isawaitable(value):
+    if type(value) not in _PLAIN and inspect.isawaitable(value):
         return await value
-    return value
+    return value  # type: ignore[return-value]
 
 
 class Environment:

@@ -76,21 +76,18 @@ class Row:
     timings: dict[str, float] = field(default_factory=dict)
     effective: bool = True
     tags: tuple[str, ...] = ()
+    # Worked out once, as the row is made (a row's record never changes): metrics and the report ask a
+    # dozen times per row, and a property is a Python call each time.
+    scored: bool = field(init=False)
+    is_pass: bool = field(init=False)  # the same rule as ``Verdict.is_pass``: ``passed`` if said, else reward >= 1
+
+    def __post_init__(self) -> None:
+        self.scored = scored = self.status == "scored" and self.reward is not None
+        self.is_pass = scored and (self.passed if self.passed is not None else (self.reward or 0.0) >= 1.0)
 
     @property
     def group(self) -> str:
         return f"{self.env} · {self.agent} · {self.model}"
-
-    @property
-    def scored(self) -> bool:
-        return self.status == "scored" and self.reward is not None
-
-    @property
-    def is_pass(self) -> bool:
-        """The same rule as ``Verdict.is_pass``: ``passed`` when the verifier said, else reward >= 1."""
-        if not self.scored:
-            return False
-        return self.passed if self.passed is not None else (self.reward or 0.0) >= 1.0
 
     @property
     def failure_kind(self) -> str | None:

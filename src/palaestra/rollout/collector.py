@@ -23,7 +23,7 @@ from palaestra.models.router import RouteSpec
 from palaestra.placement import MountedEnv, mount_env
 from palaestra.rollout import rundir
 from palaestra.rollout.cascade import run_cascade
-from palaestra.rollout.compact import compact_rollout, journal_forms
+from palaestra.rollout.compact import journal_forms
 from palaestra.rollout.config import RunConfig, env_options
 from palaestra.rollout.journal import Journal, Written
 from palaestra.rollout.models import ModelPool, needs_reference
@@ -42,7 +42,7 @@ class Appender(Protocol):
     a stand-in that forwards each record to the one process that writes the journal and returns once
     that process has fsynced it."""
 
-    async def append(self, record: Any) -> Any: ...
+    async def append(self, record: Any, *, line: bytes | None = None) -> Any: ...
 
 
 # Outcome messages of failures that the same attempt would hit again: a row its environment refuses, a
@@ -145,14 +145,13 @@ class Collector:
                 return await run_cascade(task, route, spec, self.models, **kw)
             return await run_rollout(task, proxy=proxy, model_name=shown, with_reference=with_reference, **kw)
 
-        async def attempt(n: int) -> Rollout:
-            if gate is None:
-                return await run(n)
+        async def gated(n: int) -> Rollout:
+            assert gate is not None
             async with gate:  # waited for outside the rollout's deadline: queueing is not the rollout's time
                 return await run(n)
 
-        await attempts_until_scored(attempt, first_attempt, self.cfg.max_attempts, journal, self.on_rollout,
-                                    task=task, on_journaled=self.on_journaled)
+        await attempts_until_scored(run if gate is None else gated, first_attempt, self.cfg.max_attempts, journal,
+                                    self.on_rollout, task=task, on_journaled=self.on_journaled)
 
     async def collect(self, pending: list[tuple[Task, int, int]]) -> None:
         await self._setup()
@@ -175,13 +174,10 @@ async def attempts_until_scored(attempt: Callable[[int], Awaitable[Rollout]], fi
     ``on_journaled`` sees each in full once it is (``Collector``)."""
     for n in range(first_attempt, max_attempts):
         rollout = await attempt(n)
-        if on_journaled is None:
-            await journal.append(compact_rollout(rollout, task))
-        else:
-            record, full = journal_forms(rollout, task)
-            index = await journal.append(record)
-            if full is not None and type(index) is int:
-                on_journaled(index, full)
+        record, full, line = journal_forms(rollout, task)
+        index = await journal.append(record, line=line)
+        if on_journaled is not None and full is not None and type(index) is int:
+            on_journaled(index, full)
         done = rollout.outcome.status == "scored" or is_deterministic(rollout)
         if on_rollout:
             on_rollout(rollout, done or n + 1 >= max_attempts)

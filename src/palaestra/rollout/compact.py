@@ -47,7 +47,7 @@ from palaestra.rollout.compact_format import (
     task_texts,
 )
 from palaestra.rollout.expand import RunTasks, expand_record, expand_records, is_compact, read_expanded
-from palaestra.rollout.plain import is_plain, plain_data
+from palaestra.rollout.plain import plain_data, plain_line
 
 __all__ = ["MIN_TEXT", "CompactError", "RunTasks", "TaskLookup", "compact_record", "compact_rollout",
            "expand_record", "expand_records", "is_compact", "journal_forms", "read_expanded", "task_texts"]
@@ -174,7 +174,9 @@ def compact_record(rec: dict[str, Any], task: Task | None = None, *, source: Any
         if len(src_calls) == len(calls):
             raw = [c.request for c in src_calls]
             raw_messages = source.trajectory.messages
-    texts = task_texts(task) if task is not None else None
+    # A prompt string shorter than MIN_TEXT has no text worth referencing: no lookup of its texts at all
+    texts = task_texts(task) if task is not None and not (type(task.input) is str and len(task.input) < MIN_TEXT) \
+        else None
     refs = _TextRefs(texts) if texts is not None and texts.long else None
     changed = False
     new_messages = refs.messages(messages) if refs is not None and messages else messages
@@ -283,24 +285,27 @@ def compact_rollout(rollout: Any, task: Task | None = None) -> Any:
     return journal_forms(rollout, task)[0]
 
 
-def journal_forms(rollout: Any, task: Task | None = None) -> tuple[Any, dict[str, Any] | None]:
-    """``compact_rollout``'s journal form, and the record in full as JSON data: what ``expand_record`` of
-    the journal line gives back, had without expanding (the end of a run encodes report transcripts from
-    it). The full form shares values with the Rollout and the journal form: for reading, not keeping."""
+def journal_forms(rollout: Any, task: Task | None = None) -> tuple[Any, dict[str, Any] | None, bytes | None]:
+    """``compact_rollout``'s journal form; the record in full as JSON data: what ``expand_record`` of the
+    journal line gives back, had without expanding (the end of a run encodes report transcripts from it);
+    and the journal line of the compact form when it is already encoded (None: the journal encodes it).
+    The full form shares values with the Rollout and the journal form: for reading, not keeping."""
     fast = plain_data(rollout) if type(rollout) is Rollout else None  # no pydantic walk (rollout/plain.py)
     if fast is not None:
         try:
             compacted = compact_record(_shell(fast), task, source=rollout)
         except Exception:  # whatever it was, pydantic's dump below settles it
             compacted = None
-        if compacted is not None and is_plain(compacted):  # checked compacted: a fraction of the bytes
-            return compacted, fast
+        # checked compacted (a fraction of the bytes), and the check's encoding is the journal line
+        line = plain_line(compacted) if compacted is not None else None
+        if line is not None:
+            return compacted, fast, line
     data: dict[str, Any] = rollout.model_dump(mode="json", exclude_none=False)
     try:
-        return compact_record(_shell(data), task, source=rollout), data
+        return compact_record(_shell(data), task, source=rollout), data, None
     except Exception:  # pragma: no cover - a bug here must cost bytes, never a record
         log.exception("could not compact rollout %s; journaling it whole", getattr(rollout, "rollout_id", "?"))
-        return rollout, data
+        return rollout, data, None
 
 
 def _shell(rec: dict[str, Any]) -> dict[str, Any]:

@@ -225,16 +225,18 @@ class Journal:
                                 "and its disk healthy") from exc
             raise
 
-    async def append(self, record: Mapping[str, Any] | BaseModel) -> int:
+    async def append(self, record: Mapping[str, Any] | BaseModel, *, line: bytes | None = None) -> int:
         """Return once the record is written and fsynced; raise JournalError if it could not be. Returns the
         record's index among those appended since the journal opened (its order in the file, while every
-        batch is written: ``written.intact``)."""
+        batch is written: ``written.intact``). ``line``: the record already encoded, exactly as
+        ``encode_record(record)`` encodes it (``rollout.plain.plain_line``), so it is not encoded again."""
         if self._broken is not None:
             raise JournalError(self._broken, path=self.path, hint=_RESUME_HINT)
         if self._fd is None or self._closing or self._writer is None or self._writer.done():
             raise JournalError(f"journal {self.path} is not open", path=self.path,
                                hint="call `await journal.open()` (or use `async with Journal(path)`) first")
-        (line, exact), fut = _encode(record), asyncio.get_running_loop().create_future()
+        line, exact = (line, True) if line is not None else _encode(record)
+        fut = asyncio.get_running_loop().create_future()
         kept = None
         if self.written is not None:  # kept as the dict a reader would parse from ``line``
             kept = record if exact and type(record) is dict else orjson.loads(line)

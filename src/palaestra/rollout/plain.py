@@ -35,7 +35,7 @@ from palaestra.core.records import (
     Verdict,
 )
 
-__all__ = ["is_plain", "plain_data", "rollout_data"]
+__all__ = ["is_plain", "plain_data", "plain_line", "rollout_data"]
 
 _CLASSES = (Rollout, Outcome, Verdict, Trajectory, ToolCallRecord, ModelCallRecord, Usage)
 
@@ -108,13 +108,20 @@ def plain_data(rollout: Rollout) -> dict[str, Any] | None:
         return None
 
 
+def plain_line(data: Any) -> bytes | None:
+    """``data``'s journal line (``rollout.journal.encode_record``'s very bytes) if orjson writes it as
+    pydantic's JSON mode would, plain JSON types only; None if not. The check is the encoding: the line is
+    not encoded a second time by the journal."""
+    try:
+        line = orjson.dumps(data, default=_refuse, option=_CHECK | orjson.OPT_APPEND_NEWLINE)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError; _NotPlain comes wrapped in it
+        return None
+    return memoryview(line).tobytes()  # right-sized, as the journal's own encoding is (journal._encode)
+
+
 def is_plain(data: Any) -> bool:
     """Whether orjson writes ``data`` as pydantic's JSON mode would: plain JSON types only."""
-    try:
-        orjson.dumps(data, default=_refuse, option=_CHECK)
-    except TypeError:  # orjson.JSONEncodeError is a TypeError; _NotPlain comes wrapped in it
-        return False
-    return True
+    return plain_line(data) is not None
 
 
 def rollout_data(rollout: Rollout) -> dict[str, Any] | None:
