@@ -172,8 +172,25 @@ class Usage(Record):
     tool_calls: int = 0
 
     def add(self, usage: dict[str, Any]) -> None:
-        self.prompt_tokens += int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
-        self.completion_tokens += int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
+        prompt, completion = _tokens(usage)
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+
+    @classmethod
+    def total(cls, usages: list[dict[str, Any]], *, tool_calls: int = 0) -> Usage:
+        """The usage of a rollout whose model calls reported ``usages``: made once, not added to per call."""
+        prompt = completion = 0
+        for usage in usages:
+            p, c = _tokens(usage)
+            prompt += p
+            completion += c
+        return cls(prompt_tokens=prompt, completion_tokens=completion, model_calls=len(usages), tool_calls=tool_calls)
+
+
+def _tokens(usage: dict[str, Any]) -> tuple[int, int]:
+    """A call's prompt and completion tokens, in either dialect's names."""
+    return (int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0),
+            int(usage.get("completion_tokens") or usage.get("output_tokens") or 0))
 
 
 class Rollout(Record):

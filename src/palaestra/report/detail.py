@@ -31,8 +31,8 @@ def clip(text: str, max_chars: int = MAX_CHARS) -> str:
 
 def _text(value: Any, max_chars: int) -> str | None:
     """Any JSON value as display text: strings as they are, everything else as indented JSON."""
-    if value is None:
-        return None
+    if value is None or (type(value) is str and len(value) <= max_chars):
+        return value
     if isinstance(value, str):
         return clip(value, max_chars)
     try:

@@ -64,7 +64,7 @@ async def run_rollout(
     rid = rollout_id or new_rollout_id()
     started = time.time()
     timings: dict[str, float] = {}
-    traj = Trajectory()
+    traj: Trajectory | None = None  # the agent's, once it returned one
     verdict: Verdict | None = None
     outcome = Outcome.scored()
     session_id: str | None = None
@@ -118,12 +118,14 @@ async def run_rollout(
             except Exception:  # the session TTL frees it eventually; the verdict stands
                 pass
             timings["close_s"] = time.perf_counter() - t0
-        traj.model_calls = proxy.pop_calls(rid)
+        calls = proxy.pop_calls(rid)
+    if traj is None:
+        traj = Trajectory(model_calls=calls)
+    else:
+        traj.model_calls = calls
     if outcome.status != "scored":
         verdict = None
-    usage = Usage(model_calls=len(traj.model_calls), tool_calls=len(traj.tool_calls))
-    for call in traj.model_calls:
-        usage.add(call.usage)
+    usage = Usage.total([call.usage for call in calls], tool_calls=len(traj.tool_calls))
     timings["total_s"] = time.time() - started
     return Rollout(
         rollout_id=rid, task_id=task.id, env=task.env, agent=agent.name, model=model_name, repeat=repeat,

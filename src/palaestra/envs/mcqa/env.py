@@ -55,6 +55,12 @@ def _nemo_server(task: Task) -> str:
     return next((s for s in _OWN_READING if name == s or name.startswith(s + "_")), "mcqa")
 
 
+# The metadata keys that change how ``verify`` reads a reply (``metadata`` nests any of them): a row with
+# none of them is read with every one absent, without looking each up.
+_READING_KEYS = frozenset(("metadata", "nemo_compat", "template_metadata", "grading_mode",
+                           "nemo_gym_resources_server", "nemo_gym_agent_ref", "agent_ref"))
+
+
 def _squash(text: str) -> str:
     return " ".join(text.split()).lower()
 
@@ -85,7 +91,7 @@ class MCQA(Environment):
             ) from None
         letter = str(expected).strip().upper()
         letters = [ltr for ltr, _ in options]
-        if not re.fullmatch(r"[A-Z]", letter) or (letters and letter not in letters):
+        if not (len(letter) == 1 and "A" <= letter <= "Z") or (letters and letter not in letters):
             raise InvalidTask(
                 f"mcqa task '{task.id}': expected_answer {expected!r} is not one of the option letters "
                 f"{letters or 'A-Z'}",
@@ -97,7 +103,8 @@ class MCQA(Environment):
                 f"mcqa task '{task.id}': unknown grading_mode {mode!r}",
                 hint=f"use one of {', '.join(GRADING_MODES)}",
             )
-        if not task.messages() or not any(str(m.get("content") or "").strip() for m in task.messages()):
+        messages = task.messages()
+        if not messages or not any(str(m.get("content") or "").strip() for m in messages):
             raise InvalidTask(f"mcqa task '{task.id}' has an empty input", hint="put the question in `input`")
         return options
 
@@ -188,13 +195,17 @@ class MCQA(Environment):
     def verify(self, state: Task, trajectory: Trajectory) -> Verdict:
         options = self._options(state)
         expected = str(_field(state, "expected_answer")).strip().upper()
-        compat = self._compat(state)
-        patterns = _output_regex(state)
+        if state.metadata.keys().isdisjoint(_READING_KEYS):  # a plain row: each of them would read as absent
+            compat, patterns, nemo_default, mode, server = self.nemo_compat, [], self.nemo_compat, None, "mcqa"
+        else:
+            compat = self._compat(state)
+            patterns = _output_regex(state)
+            nemo_default = compat or _field(state, "template_metadata") is not None
+            mode = _field(state, "grading_mode")
+            server = _nemo_server(state)
         # No grading_mode: NeMo Gym's default (strict boxed) for NeMo Gym template rows and under
         # nemo_compat, Palaestra's `auto` for every other row.
-        nemo_default = compat or _field(state, "template_metadata") is not None
-        mode = str(_field(state, "grading_mode") or ("strict_single_letter_boxed" if nemo_default else "auto"))
-        server = _nemo_server(state)
+        mode = str(mode or ("strict_single_letter_boxed" if nemo_default else "auto"))
         if compat:
             found = self._nemo_extract(state, trajectory.final_text(), options, mode, server)
         else:
