@@ -134,3 +134,18 @@ def test_a_subclass_is_dumped_by_pydantic() -> None:
     rollout = _rollout()
     rollout.trajectory = Wider(messages=[{"role": "user", "content": "hi"}])
     assert rollout_data(rollout) is None
+
+
+def test_task_lines_are_pydantic_dumps_byte_for_byte() -> None:
+    from palaestra.rollout.tasks import task_line
+
+    tasks = [
+        Task(id="a", env="mcqa", input="Q?", metadata={"options": {"A": "x", "B": None}, "expected_answer": "A"}),
+        Task(id="b", env="workplace", input=[{"role": "user", "content": "hi", "name": None}], agent=None,
+             tools=[{"type": "function", "function": {"name": "f"}}], tags=["t"], note="extra", gone=None),
+        Task(id="c", metadata={"at": datetime.datetime(2026, 12, 2, tzinfo=datetime.timezone.utc), "n": math.inf}),
+        Task(id="d", metadata={"t": (1, 2), "f": 0.1}, model="m"),
+    ]
+    for task in tasks:
+        expected = orjson.dumps(task.model_dump(mode="json", exclude_none=True), option=orjson.OPT_APPEND_NEWLINE)
+        assert task_line(task) == expected, task.id

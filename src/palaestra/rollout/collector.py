@@ -261,8 +261,9 @@ def plan(tasks: list[Task], repeats: int, records: list[dict[str, Any]], max_att
     for t in tasks:
         for rep in range(repeats):
             key = (t.id, rep)
-            if key not in scored and attempts[key] < max_attempts:
-                pending.append((t, rep, attempts[key]))
+            tried = attempts.get(key, 0)
+            if key not in scored and tried < max_attempts:
+                pending.append((t, rep, tried))
     return pending, len(scored)
 
 

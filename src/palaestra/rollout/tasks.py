@@ -19,6 +19,7 @@ from palaestra.adapters import nemo_gym_rows as nemo_rows
 from palaestra.adapters.nemo_gym_rows import to_native
 from palaestra.core.errors import InvalidTask, PalaestraError
 from palaestra.core.records import Task
+from palaestra.rollout.plain import plain_line
 
 # NeMo Gym rows: these keys are structure; every other top-level key is verifier metadata.
 _NEMO_STRUCTURAL = {"responses_create_params", "agent_ref", "id", "uuid", "task_id"}
@@ -246,7 +247,23 @@ _LINES: dict[int, tuple[Task, bytes]] = {}
 _LINES_MAX = 20_000
 
 
+_TASK_FIELDS = tuple(Task.model_fields)
+
+
 def _encoded(task: Task) -> bytes:
+    """``task.model_dump(mode="json", exclude_none=True)`` as a line. A row read from JSON holds JSON data
+    only, so its fields (declared ones first, then extras; the None ones left out, as that dump leaves
+    them) are encoded as they are, checked by the encoding itself (``rollout.plain.plain_line``); anything
+    else is dumped by pydantic. The same bytes either way."""
+    if type(task) is Task:
+        values = task.__dict__
+        data = {name: values[name] for name in _TASK_FIELDS if values.get(name) is not None}
+        extra = task.__pydantic_extra__
+        if extra:
+            data.update((k, v) for k, v in extra.items() if v is not None)
+        line = plain_line(data)
+        if line is not None:
+            return line
     return orjson.dumps(task.model_dump(mode="json", exclude_none=True), option=orjson.OPT_APPEND_NEWLINE)
 
 

@@ -75,7 +75,9 @@ class MCQA(Environment):
     mechanism = "single-turn"
 
     def _checked_options(self, task: Task) -> Options:
-        self._check_nemo_fields(task)
+        plain = task.metadata.keys().isdisjoint(_READING_KEYS)  # then none of the NeMo Gym fields to check
+        if not plain:
+            self._check_nemo_fields(task)
         expected = _field(task, "expected_answer")
         if expected is None:
             raise InvalidTask(
@@ -97,7 +99,7 @@ class MCQA(Environment):
                 f"{letters or 'A-Z'}",
                 hint="set metadata.expected_answer to the letter of the correct option",
             )
-        mode = _field(task, "grading_mode") or "auto"
+        mode = "auto" if plain else _field(task, "grading_mode") or "auto"
         if mode not in GRADING_MODES:
             raise InvalidTask(
                 f"mcqa task '{task.id}': unknown grading_mode {mode!r}",

@@ -55,10 +55,13 @@ def normalize_options(raw: Any) -> Options:
     else:
         raise TypeError(f"options must be a list or a dict, got {type(raw).__name__}")
     for key, text in items:
-        letter = str(key).strip().upper()
-        if len(letter) != 1 or not "A" <= letter <= "Z":
-            raise ValueError(f"option key {key!r} is not a single letter A-Z")
-        out.append((letter, str(text)))
+        if type(key) is str and len(key) == 1 and "A" <= key <= "Z":  # already what the rest makes of it
+            letter = key
+        else:
+            letter = str(key).strip().upper()
+            if len(letter) != 1 or not "A" <= letter <= "Z":
+                raise ValueError(f"option key {key!r} is not a single letter A-Z")
+        out.append((letter, text if type(text) is str else str(text)))
     if len({letter for letter, _ in out}) != len(out):
         raise ValueError("options repeat a letter")
     return out
