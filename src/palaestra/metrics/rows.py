@@ -121,14 +121,14 @@ def _cut(message: str | None) -> str | None:
 
 
 def is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
-    """``isinstance(value, Mapping)``, with the plain dict every journal value is tested first: the ABC
-    check costs a Python-level call each time, and reports run it tens of times per record."""
-    return type(value) is dict or isinstance(value, Mapping)
+    """``isinstance(value, Mapping)``, with the plain dict every journal value is tested first, and null
+    second: the ABC check costs a Python-level call each time, and reports run it tens of times per record."""
+    return type(value) is dict or (value is not None and isinstance(value, Mapping))
 
 
 def as_map(value: Any) -> Mapping[str, Any]:
     """``value`` when it is a mapping, else an empty one: journal fields can be null or malformed."""
-    return value if type(value) is dict or isinstance(value, Mapping) else {}
+    return value if type(value) is dict or (value is not None and isinstance(value, Mapping)) else {}
 
 
 def row_from_record(seq: int, rec: Mapping[str, Any]) -> Row:
