@@ -8,10 +8,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from palaestra.api import EvalResult, evaluate_async
-from palaestra.cli.common import print_status, run_async, tune_gc_for_batch, warn_journal
+from palaestra.cli.common import print_status, run_async, warn_journal
 from palaestra.core.records import Rollout
 from palaestra.metrics.summary import format_table
 from palaestra.rollout.config import RunConfig
+from palaestra.rollout.gc_batch import tune_gc_for_batch
 from palaestra.settings import Settings
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import gc
 import os
 import signal
 import sys
@@ -43,6 +42,7 @@ from palaestra.core.errors import PalaestraError
 from palaestra.core.records import Task
 from palaestra.rollout.collector import DETERMINISTIC_KINDS, Collector
 from palaestra.rollout.config import RunConfig
+from palaestra.rollout.gc_batch import tune_gc_for_batch
 from palaestra.rollout.journal import encode_record
 
 Item = tuple[Task, int, int]  # (task, repeat, first attempt)
@@ -268,11 +268,7 @@ def main() -> None:
     os.dup2(2, 1)
     # Ctrl-C reaches the whole process group: the driver decides, and closes this worker's input.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # As the CLI does for a one-process run (cli/common.py, tune_gc_for_batch): the start-up heap out of
-    # the cyclic GC's passes and rarer young-generation passes, ~0.1 ms of CPU per rollout.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 50, 50)
+    tune_gc_for_batch()  # as the CLI does for a one-process run
     sys.exit(asyncio.run(amain(out_fd)))
 
 
