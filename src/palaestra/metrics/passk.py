@@ -114,6 +114,8 @@ def majority_at_k(answers: Sequence[Hashable | None], passed: Sequence[bool], k:
     if len(answers) != len(passed):
         raise ValueError(f"answers ({len(answers)}) and passed ({len(passed)}) must have the same length")
     _check(len(answers), 0, k)
+    if k == 1:  # the vote of one sample is its own answer, if it gave one
+        return 1.0 if answers[0] is not None and passed[0] else 0.0
     winner = majority_vote(answers[:k])
     return 1.0 if winner is not None and passed[winner] else 0.0
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -117,9 +117,11 @@ class _Labels:
         if unknown:
             raise ValueError(f"compute_metrics: group_by field {unknown[0]!r} is not a Rollout field metrics can "
                              f"group by; choose from {', '.join(_GROUP_FIELDS)}")
+        # a row's group key in one C call (one name gives the value itself, a key all the same)
+        self.key: Callable[[Row], Any] = attrgetter(*self.group_by) if self.group_by else (lambda r: ())
 
     def __call__(self, r: Row) -> str:
-        key = tuple([getattr(r, name) for name in self.group_by])
+        key = self.key(r)
         label = self.known.get(key)
         if label is None:
             label = self.known[key] = _group_label(r, self.group_by)
@@ -205,9 +207,9 @@ def compute_metrics(
         unit = (r.env, r.agent, r.model, r.task_id)
         label = label_of(r)
         unit_group[unit] = label
-        seen[unit] += 1
+        seen[unit] = seen.get(unit, 0) + 1  # (not Counter's += : a Python-level __missing__ per new unit)
         ok = r.scored
-        scored[unit] += ok
+        scored[unit] = scored.get(unit, 0) + ok
         for units in (overall, groups.setdefault(label, {})):
             u = units.get(unit)
             if u is None:  # (not setdefault: that would build a _Unit per rollout only to drop it)
