@@ -11,7 +11,8 @@ import pytest
 from palaestra.rollout import deadline
 from palaestra.rollout.deadline import within
 
-pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="Python 3.10: within is asyncio.wait_for")
+pytestmark = pytest.mark.skipif(sys.version_info < (3, 11),
+                                reason="python3.11: on Python 3.10 within is asyncio.wait_for (no task cancel counts)")
 
 
 async def _never() -> None:
