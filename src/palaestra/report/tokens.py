@@ -37,8 +37,6 @@ def _logprob_content(response: Any) -> list[Mapping[str, Any]]:
     if not isinstance(choices, list) or not choices or not is_map(choices[0]):
         return []
     block = choices[0].get("logprobs")
-    if block is None:  # what a backend asked for no logprobs answers: nothing to look into
-        return []
     content = block.get("content") if is_map(block) else None
     return [c for c in content if is_map(c)] if isinstance(content, list) else []
 

@@ -104,7 +104,7 @@ def _queue(loop: asyncio.AbstractEventLoop, seconds: float) -> _Queue:
     global _last
     last_loop, queues = _last
     if last_loop is not loop:
-        queues = _by_loop.get(loop) or _by_loop.setdefault(loop, {})
+        queues = _by_loop.setdefault(loop, {})
         _last = (loop, queues)
     queue = queues.get(seconds)
     if queue is None:

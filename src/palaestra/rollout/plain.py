@@ -6,7 +6,7 @@ values are plain JSON data already (decoded from a model's answer, built by an a
 lists), so the walk copies them for nothing: for a multi-turn rollout of five model calls (45 KB) it cost
 ~330 µs, about 7 % of the whole rollout's CPU. ``plain_data`` builds the same dict with one new dict per
 record object (fields in declaration order, then extra fields, as pydantic does) and the free-form
-values passed by reference; ``is_plain`` then checks with orjson that they are JSON data (the journal
+values passed by reference; ``plain_line`` then checks with orjson that they are JSON data (the journal
 checks the compacted record, a fraction of the bytes). Anything it cannot vouch for (a record class it
 does not know, a pydantic model, datetime or dataclass inside a free-form value, a non-string key, a
 set) fails the check, and the caller dumps with pydantic as before: the journal line is the same bytes either way.
@@ -35,7 +35,7 @@ from palaestra.core.records import (
     Verdict,
 )
 
-__all__ = ["is_plain", "plain_data", "plain_line", "rollout_data"]
+__all__ = ["plain_data", "plain_line", "rollout_data"]
 
 _CLASSES = (Rollout, Outcome, Verdict, Trajectory, ToolCallRecord, ModelCallRecord, Usage)
 
@@ -99,7 +99,7 @@ def _value(value: Any) -> Any:
 
 def plain_data(rollout: Rollout) -> dict[str, Any] | None:
     """``rollout.model_dump(mode="json")``'s fields as a dict sharing the rollout's free-form values, not
-    yet checked (``is_plain`` checks it, after compaction has made it smaller); None for a Rollout subclass."""
+    yet checked (``plain_line`` checks it, after compaction has made it smaller); None for a Rollout subclass."""
     if type(rollout) is not Rollout:
         return None
     try:
@@ -119,13 +119,8 @@ def plain_line(data: Any) -> bytes | None:
     return memoryview(line).tobytes()  # right-sized, as the journal's own encoding is (journal._encode)
 
 
-def is_plain(data: Any) -> bool:
-    """Whether orjson writes ``data`` as pydantic's JSON mode would: plain JSON types only."""
-    return plain_line(data) is not None
-
-
 def rollout_data(rollout: Rollout) -> dict[str, Any] | None:
     """``rollout.model_dump(mode="json")``'s JSON, as a dict sharing the rollout's free-form values; None
     when the rollout holds anything but plain JSON data there (then dump it with pydantic)."""
     data = plain_data(rollout)
-    return data if data is not None and is_plain(data) else None
+    return data if data is not None and plain_line(data) is not None else None

@@ -68,13 +68,7 @@ def _int_usage(response: dict[str, Any]) -> dict[str, int]:
         return {}
     # A backend's token counts are data, not trusted: the ones translate.token_count finds implausible
     # (negative, fractional, not numbers, beyond 2**53) are dropped, as the dialect translators zero them.
-    out: dict[str, int] = {}
-    for k, v in usage.items():
-        if type(v) is int and 0 <= v <= translate.MAX_TOKEN_COUNT:  # the usual count, as token_count keeps it
-            out[k] = v
-        elif (n := translate.token_count(v)) is not None:
-            out[k] = n
-    return out
+    return {k: n for k, v in usage.items() if (n := translate.token_count(v)) is not None}
 
 
 def _responses_logprobs(body: dict[str, Any]) -> dict[str, Any]:

@@ -74,6 +74,8 @@ def token_count(value: Any) -> int | None:
     exact in any JSON reader (JavaScript harnesses such as Claude Code hold numbers as doubles) and any
     sum of counts stays far inside the 64-bit range orjson can write, so the proxy always answers a valid
     body instead of failing to encode it (a plain HTTP 500)."""
+    if type(value) is int:  # the usual count (not a bool: its type is bool), told apart by type alone
+        return value if 0 <= value <= MAX_TOKEN_COUNT else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if isinstance(value, float):
