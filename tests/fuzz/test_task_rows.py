@@ -203,3 +203,14 @@ def test_the_snapshot_holds_each_task_as_it_encodes(tmp_path: Path) -> None:
     assert lines == [orjson.dumps(t.model_dump(mode="json", exclude_none=True)) + b"\n" for t in written]
     assert b"changed" in lines[1]
     assert not any(id(t) in tasks_mod._LINES for t in (loaded.tasks[0], loaded.tasks[2]))  # taken out as written
+
+
+@pytest.mark.parametrize("params", [
+    {"input": [{"type": ["message"], "role": "user", "content": "q"}]},  # an item type that is a list
+    {"input": "q", "tools": [{"type": {"function": 1}, "name": "f"}]},  # a tool type that is a dict
+    {"input": "q", "tools": [{"type": "function", "function": ["f"]}]},  # a function that is no object
+])
+def test_unhashable_or_odd_nemo_types_are_named_row_problems(params: dict[str, object]) -> None:
+    """Found by the property above: such a row raised TypeError out of the loader instead of a row problem."""
+    with pytest.raises(ValueError, match="responses_create_params"):
+        parse_row({"responses_create_params": params, "id": "x"}, "L1", "mcqa")

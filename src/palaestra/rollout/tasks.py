@@ -83,7 +83,7 @@ def _check_nemo_request(params: dict[str, Any]) -> None:
             if not isinstance(item, dict):
                 raise ValueError(f"responses_create_params.input[{i}]: expected an input item (an object)")
             kind = item.get("type", "message")
-            if kind not in _NEMO_ITEM_TYPES:
+            if not isinstance(kind, str) or kind not in _NEMO_ITEM_TYPES:  # (a list or dict is no type either)
                 raise ValueError(f"responses_create_params.input[{i}]: unknown input item type {kind!r} "
                                  f"(known: {', '.join(sorted(_NEMO_ITEM_TYPES))})")
             if kind == "message" and not isinstance(item.get("role"), str):
@@ -95,10 +95,12 @@ def _check_nemo_request(params: dict[str, Any]) -> None:
         raise ValueError("responses_create_params.tools: must be a list")
     for i, tool in enumerate(tools or []):
         kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind not in _NEMO_TOOL_TYPES:
+        if not isinstance(kind, str) or kind not in _NEMO_TOOL_TYPES:
             raise ValueError(f"responses_create_params.tools[{i}]: tool type {kind!r} cannot be offered to a model "
                              "through Palaestra (function and custom tools can)")
-        if kind == "function" and not isinstance(tool.get("name") or (tool.get("function") or {}).get("name"), str):
+        fn = tool.get("function")
+        if kind == "function" and not isinstance(tool.get("name") or (fn.get("name") if isinstance(fn, dict) else None),
+                                                 str):
             raise ValueError(f"responses_create_params.tools[{i}]: a function tool needs a 'name'")
 
 
