@@ -142,3 +142,14 @@ async def _run_over_http(env: Any, model_url: str) -> None:
         assert len(body["trajectory"]["model_calls"]) == 1
         bad = await c.post("/run", json={"task": TASK.model_dump()})
         assert bad.status_code == 400 and bad.json()["error"]["kind"] == "bad_request"
+
+
+async def test_a_finished_rollout_leaves_nothing_in_the_proxy(counter: Any) -> None:
+    """The proxy holds a rollout's context and calls only while it runs: a run of any length keeps none
+    of its finished rollouts (scored or failed) registered."""
+    proxy = ModelProxy(ScriptedBackend("oracle", failure_rate=0.5, seed=3))
+    rollouts = [await run_rollout(TASK, env=counter, agent=ToolAgent(), proxy=proxy, model_name="scripted",
+                                  with_reference=True, repeat=i) for i in range(12)]
+    assert {r.outcome.status for r in rollouts} == {"scored", "failed"}
+    assert all(r.trajectory.model_calls for r in rollouts)
+    assert proxy._contexts == {} and dict(proxy._calls) == {}

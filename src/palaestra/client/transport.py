@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
+from palaestra.core.deadline import within
+
 if TYPE_CHECKING:  # imported when a network transport is first used: a run whose environments and model all
     import aiohttp  # live in-process never pays aiohttp's import (~0.1 s, most of it its default TLS contexts)
 
@@ -46,19 +48,24 @@ class NetworkTransport:
             self._client_error = aiohttp.ClientError
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=30),
-                timeout=aiohttp.ClientTimeout(total=self._timeout),
+                timeout=aiohttp.ClientTimeout(),  # none of aiohttp's: a request's timeout is a deadline (below)
                 headers=self._headers,
             )
         return self._session
 
     async def request(self, method: str, path: str, content: bytes | None) -> tuple[int, bytes]:
+        """One request and its whole answer, within the transport's timeout (``core.deadline``: the requests
+        in flight share one loop timer, where aiohttp's timeout arms and cancels one per request)."""
         try:
-            async with self._get_session().request(method, self.base_url + path, data=content) as resp:
-                return resp.status, await resp.read()
+            return await within(self._request(method, path, content), self._timeout)
         except asyncio.TimeoutError as exc:
             raise TransportFailure("timeout", f"no answer within {self._timeout:g} s") from exc
         except self._client_error as exc:
             raise TransportFailure("unreachable", repr(exc)) from exc
+
+    async def _request(self, method: str, path: str, content: bytes | None) -> tuple[int, bytes]:
+        async with self._get_session().request(method, self.base_url + path, data=content) as resp:
+            return resp.status, await resp.read()
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -52,6 +52,8 @@ def _check(n: int, c: int, k: int) -> None:
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k. Computed as a product of ratios so that large n never overflows or cancels."""
     _check(n, c, k)
+    if k == 1:  # the product below telescopes to (n - c) / n: pass@1 is c / n, exactly (as pass^1 is)
+        return c / n
     if n - c < k:
         return 1.0
     # C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i)

@@ -121,7 +121,10 @@ class _Labels:
         self.key: Callable[[Row], Any] = attrgetter(*self.group_by) if self.group_by else (lambda r: ())
 
     def __call__(self, r: Row) -> str:
-        key = self.key(r)
+        return self.labelled(self.key(r), r)
+
+    def labelled(self, key: Any, r: Row) -> str:
+        """The label of ``r``, whose group key (``self.key(r)``) is ``key``."""
         label = self.known.get(key)
         if label is None:
             label = self.known[key] = _group_label(r, self.group_by)
@@ -136,34 +139,48 @@ def _block(units: dict[UnitKey, _Unit], n_expected: int | None, covered: int,
            n_boot: int, seed: int) -> dict[str, Any]:
     """Metrics of one block; every value is None (not an error) when nothing was scored."""
     failed: Counter[str] = Counter()
-    # Per scored unit, in one pass over its rollouts (a scored rollout always has a verdict): rewards,
-    # (samples, passes), and its answers with whether each passed, for majority@k.
-    rewards: list[list[float]] = []
+    # Per scored unit, in one pass over its rollouts (a scored rollout always has a reward): the sum of its
+    # rewards, (samples, passes), and its answers with whether each passed, for majority@k. A unit of one
+    # rollout (a run of one repeat: most units) is read without a comprehension per unit.
+    sums: list[float] = []
     nc: list[tuple[int, int]] = []
     samples: list[tuple[list[Any], list[bool]]] = []
     has_answers = False
     for u in units.values():
         for r in u.failed:
             failed[_failure_kind(r)] += 1
-        if not u.scored:
+        scored = u.scored
+        if not scored:
             continue
-        passes = [r.is_pass for r in u.scored]
-        answers = [r.answer for r in u.scored]
-        rewards.append([r.reward for r in u.scored if r.reward is not None])  # every scored row has one
-        nc.append((len(u.scored), sum(passes)))
+        if len(scored) == 1:
+            r = scored[0]
+            sums.append(r.reward or 0.0)  # (a scored row's reward is never None)
+            nc.append((1, 1 if r.is_pass else 0))
+            samples.append(([r.answer], [r.is_pass]))
+            has_answers = has_answers or r.answer is not None
+            continue
+        passes = [r.is_pass for r in scored]
+        answers = [r.answer for r in scored]
+        sums.append(sum(r.reward or 0.0 for r in scored))
+        nc.append((len(scored), sum(passes)))
         samples.append((answers, passes))
         has_answers = has_answers or any(a is not None for a in answers)
     n_scored = sum(n for n, _ in nc)
     ks = ks_for(min((n for n, _ in nc), default=0))
-    sums = [sum(r) for r in rewards]
-    ci = cluster_bootstrap_ci(sums, [len(r) for r in rewards], n_boot=n_boot, seed=seed)
+    ci = cluster_bootstrap_ci(sums, [n for n, _ in nc], n_boot=n_boot, seed=seed)
     if nc and len({n for n, _ in nc}) == 1 and all(s == c for s, (_, c) in zip(sums, nc, strict=True)):
         p1_ci = ci  # 0/1 rewards that equal pass, same rollouts per task: the very same resampled statistic
     else:
         p1_ci = pass_at_1_ci(nc, n_boot=n_boot, seed=seed)
+    # k = 1 is every run's first (and, with one repeat, only) k: pass@1 and pass^1 are both c/n, and
+    # majority@1 is the first sample's own answer, so they are read off each unit without a call per unit.
+    rate = [c / n for n, c in nc]
+    pass_at = {str(k): _mean(rate if k == 1 else [pass_at_k(n, c, k) for n, c in nc]) for k in ks}
+    pass_hat = {str(k): _mean(rate if k == 1 else [pass_hat_k(n, c, k) for n, c in nc]) for k in ks}
     majority: dict[str, float | None] | None = None
     if has_answers:
-        majority = {str(k): _mean([majority_at_k(a, p, k) for a, p in samples]) for k in ks}
+        majority = {str(k): _mean([1.0 if a[0] is not None and p[0] else 0.0 for a, p in samples] if k == 1
+                                  else [majority_at_k(a, p, k) for a, p in samples]) for k in ks}
     return {
         "n_tasks": len({(env, task_id) for env, _, _, task_id in units}),
         "n_tasks_scored": len({(key[0], key[3]) for key, u in units.items() if u.scored}),
@@ -174,8 +191,8 @@ def _block(units: dict[UnitKey, _Unit], n_expected: int | None, covered: int,
         "mean_reward": (sum(sums) / n_scored) if n_scored else None,
         "reward_ci95": list(ci) if ci is not None else None,
         "pass_at_1_ci95": list(p1_ci) if p1_ci is not None else None,
-        "pass_at_k": {str(k): _mean([pass_at_k(n, c, k) for n, c in nc]) for k in ks},
-        "pass_hat_k": {str(k): _mean([pass_hat_k(n, c, k) for n, c in nc]) for k in ks},
+        "pass_at_k": pass_at,
+        "pass_hat_k": pass_hat,
         "majority_at_k": majority,
     }
 
@@ -198,31 +215,42 @@ def compute_metrics(
     effective.sort(key=attrgetter("env", "task_id", "repeat", "agent", "model"))
     label_of = _Labels(group_by)
     overall: dict[UnitKey, _Unit] = {}
-    groups: dict[str, dict[UnitKey, _Unit]] = {}
-    # Per unit: slots seen and slots scored, for coverage.
-    seen: Counter[UnitKey] = Counter()
-    scored: Counter[UnitKey] = Counter()
-    unit_group: dict[UnitKey, str] = {}
     for r in effective:
         unit = (r.env, r.agent, r.model, r.task_id)
-        label = label_of(r)
-        unit_group[unit] = label
-        seen[unit] = seen.get(unit, 0) + 1  # (not Counter's += : a Python-level __missing__ per new unit)
-        ok = r.scored
-        scored[unit] = scored.get(unit, 0) + ok
-        for units in (overall, groups.setdefault(label, {})):
+        u = overall.get(unit)
+        if u is None:  # (not setdefault: that would build a _Unit per rollout only to drop it)
+            u = overall[unit] = _Unit()
+        (u.scored if r.scored else u.failed).append(r)
+    # Each unit's group, for coverage (the group of its last row, where its rows fall in several), and the
+    # groups' units. Most runs have one group (one env, agent and model): it holds every unit.
+    groups: dict[str, dict[UnitKey, _Unit]] = {}
+    unit_group: dict[UnitKey, str] = {}
+    keys = list(map(label_of.key, effective))
+    if len(set(keys)) == 1:
+        label = label_of(effective[0])
+        groups[label] = dict(overall)
+        unit_group = dict.fromkeys(overall, label)
+    else:
+        for r, key in zip(effective, keys, strict=True):
+            unit = (r.env, r.agent, r.model, r.task_id)
+            unit_group[unit] = label = label_of.labelled(key, r)
+            units = groups.setdefault(label, {})
             u = units.get(unit)
-            if u is None:  # (not setdefault: that would build a _Unit per rollout only to drop it)
+            if u is None:
                 u = units[unit] = _Unit()
-            (u.scored if ok else u.failed).append(r)
+            (u.scored if r.scored else u.failed).append(r)
 
+    # Coverage: per unit, the slots the run expected of it (``expected``, else the slots seen: effective
+    # rows are one per slot) and the scored ones among them.
     expected = expected or {}
     group_expected: Counter[str] = Counter()
     group_covered: Counter[str] = Counter()
-    for unit, label in unit_group.items():
-        exp = int(expected.get((unit[0], unit[3]), seen[unit]))
+    for unit, u in overall.items():
+        label = unit_group[unit]
+        n_scored = len(u.scored)
+        exp = int(expected.get((unit[0], unit[3]), n_scored + len(u.failed)))
         group_expected[label] += exp
-        group_covered[label] += min(scored[unit], exp)
+        group_covered[label] += n_scored if n_scored < exp else exp
     total_expected = sum(group_expected.values())
     total_covered = sum(group_covered.values())
     seen_tasks = {(u[0], u[3]) for u in unit_group}
@@ -231,17 +259,21 @@ def compute_metrics(
             total_expected += int(n)
             overall.setdefault((env, "", "", task_id), _Unit())
 
-    per_task: dict[str, dict[str, Any]] = {}
+    # Per task id, pooled over every env, agent and model that ran it: passes, scored rollouts, their reward
+    # sum (added in the rollouts' order, as a mean of their list would be) and failed slots.
+    tallies: dict[str, list[Any]] = {}
     for (_, _, _, task_id), u in overall.items():
-        entry = per_task.setdefault(task_id, {"passes": 0, "rewards": [], "n_failed": 0})
-        entry["passes"] += sum(1 for r in u.scored if r.is_pass)
-        entry["rewards"].extend(r.reward for r in u.scored)
-        entry["n_failed"] += len(u.failed)
-    for entry in per_task.values():
-        rewards = entry.pop("rewards")
-        passes = entry.pop("passes")
-        entry.update(n=len(rewards), pass_rate=(passes / len(rewards)) if rewards else None,
-                     mean_reward=_mean(rewards))
+        tally = tallies.get(task_id)
+        if tally is None:
+            tally = tallies[task_id] = [0, 0, 0, 0]
+        for r in u.scored:
+            tally[0] += r.is_pass
+            tally[1] += 1
+            tally[2] += r.reward or 0.0
+        tally[3] += len(u.failed)
+    per_task = {task_id: {"n_failed": failed, "n": n, "pass_rate": passes / n if n else None,
+                          "mean_reward": total / n if n else None}
+                for task_id, (passes, n, total, failed) in sorted(tallies.items())}
 
     overall_block = _block(overall, total_expected or None, total_covered, n_boot, seed)
     blocks: dict[str, dict[str, Any]] = {}
@@ -253,7 +285,7 @@ def compute_metrics(
     return {
         "overall": overall_block,
         "groups": blocks,
-        "per_task": dict(sorted(per_task.items())),
+        "per_task": per_task,
         "failure_examples": _failure_examples(u for u in overall.values()),
         "invalid_records": invalid,
     }

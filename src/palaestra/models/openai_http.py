@@ -23,11 +23,17 @@ from typing import Any
 import aiohttp
 import orjson
 
+from palaestra.core.deadline import within
 from palaestra.core.errors import ConfigError, ModelError
 from palaestra.core.secrets import read_secret_file, redact_url
 from palaestra.models.base import CallContext
 
 RETRY_STATUSES = frozenset({408, 409, 429})
+# A call's timeout is a deadline (``core.deadline.within``: the calls of a backend share one timer), not
+# aiohttp's: its ClientTimeout arms and cancels a loop timer per request (an object on the loop's heap,
+# compared in Python as it is pushed and popped). The session's own is off, so a caller's session keeps
+# no timer of its own either.
+_NO_TIMER = aiohttp.ClientTimeout()
 KEEPALIVE_S = 30.0  # idle pooled connections are kept this long; a closed one is detected and dropped
 
 
@@ -171,7 +177,6 @@ class OpenAIBackend:
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._client_timeout = aiohttp.ClientTimeout(total=timeout)
         self._owns_session = session is None
         self._session = session
         # Loop-bound state, made by the first call in the loop that will use it.
@@ -219,7 +224,7 @@ class OpenAIBackend:
             self._proxy = _env_proxy(self.base_url)
             if self._session is None:
                 connector = aiohttp.TCPConnector(limit=self.max_concurrency, keepalive_timeout=KEEPALIVE_S)
-                self._session = aiohttp.ClientSession(connector=connector, timeout=self._client_timeout)
+                self._session = aiohttp.ClientSession(connector=connector, timeout=_NO_TIMER)
         assert self._session is not None and self._semaphore is not None
         return self._session, self._semaphore
 
@@ -243,11 +248,8 @@ class OpenAIBackend:
         for attempt in range(self.max_retries + 1):
             delay: float | None = None
             try:
-                async with semaphore, session.post(
-                    url, data=content, headers=self._headers, timeout=self._client_timeout,
-                    allow_redirects=False, proxy=self._proxy,
-                ) as resp:
-                    status, payload, headers = resp.status, await resp.read(), resp.headers
+                async with semaphore:
+                    status, payload, headers = await within(self._send(session, url, content), self.timeout)
             except aiohttp.InvalidURL as exc:
                 raise ModelError(f"model URL {shown} is not valid: {redact_url(str(exc))}",
                                  hint="fix the model base_url") from exc
@@ -274,6 +276,12 @@ class OpenAIBackend:
             last.message = f"{last.message} (gave up after {self.max_retries + 1} attempts)"
             last.args = (last.message,)
         raise last
+
+    async def _send(self, session: aiohttp.ClientSession, url: str, content: bytes) -> tuple[int, bytes, Any]:
+        """One POST and its whole answer: status, body and headers."""
+        async with session.post(url, data=content, headers=self._headers, timeout=_NO_TIMER,
+                                allow_redirects=False, proxy=self._proxy) as resp:
+            return resp.status, await resp.read(), resp.headers
 
     @staticmethod
     def _decode(status: int, payload: bytes, url: str) -> dict[str, Any]:

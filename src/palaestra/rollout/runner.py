@@ -12,17 +12,17 @@ from palaestra.adapters import nemo_gym_rows as nemo_rows
 from palaestra.agents.base import Agent, BackendChat, ToolSurface
 from palaestra.client.env_client import EnvClient
 from palaestra.core import ids
+from palaestra.core.deadline import within
 from palaestra.core.errors import EnvironmentFailure, InfraError, PalaestraError
 from palaestra.core.records import ModelCallRecord, Outcome, Rollout, Task, Trajectory, Usage, Verdict
 from palaestra.models.base import CallContext
-from palaestra.rollout.deadline import within
 from palaestra.wire.env import SessionHandle
 
 
 class Proxy(Protocol):
     def register(self, rollout_id: str, ctx: CallContext) -> None: ...
     async def complete(self, rollout_id: str | None, api: Any, body: dict[str, Any]) -> dict[str, Any]: ...
-    def pop_calls(self, rollout_id: str) -> list[ModelCallRecord]: ...
+    def release(self, rollout_id: str) -> list[ModelCallRecord]: ...
 
 
 def new_rollout_id() -> str:
@@ -118,7 +118,7 @@ async def run_rollout(
             except Exception:  # the session TTL frees it eventually; the verdict stands
                 pass
             timings["close_s"] = time.perf_counter() - t0
-        calls = proxy.pop_calls(rid)
+        calls = proxy.release(rid)
     if traj is None:
         traj = Trajectory(model_calls=calls)
     else:

@@ -136,6 +136,13 @@ class ModelProxy:
                 self._calls[rollout_id] = []
         return calls
 
+    def release(self, rollout_id: str) -> list[ModelCallRecord]:
+        """The calls of a rollout that has ended, and the proxy forgets the rollout (``unregister``): a run
+        of any length holds a context only for the rollouts in flight."""
+        with self._lock:
+            self._contexts.pop(rollout_id, None)
+            return self._calls.pop(rollout_id, [])
+
     def context(self, rollout_id: str | None) -> CallContext:
         if rollout_id is None:
             return CallContext()

@@ -1,15 +1,16 @@
-"""``rollout.deadline.within``: one timer for all the deadlines of one length, with what
+"""``core.deadline.within``: one timer for all the deadlines of one length, with what
 ``asyncio.timeout`` gives a caller (the value, TimeoutError once due, a cancellation from elsewhere kept)."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from typing import Any
 
 import pytest
 
-from palaestra.rollout import deadline
-from palaestra.rollout.deadline import within
+from palaestra.core import deadline
+from palaestra.core.deadline import within
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11),
                                 reason="python3.11: on Python 3.10 within is asyncio.wait_for (no task cancel counts)")
@@ -28,7 +29,7 @@ def _queue(seconds: float) -> deadline._Queue:
     return deadline._queue(asyncio.get_running_loop(), seconds)
 
 
-async def test_value_and_error_pass_through_and_no_timer_is_left() -> None:
+async def test_value_and_error_pass_through_and_nothing_is_held() -> None:
     assert await within(_value(7), 30.0) == 7
 
     async def boom() -> None:
@@ -37,7 +38,7 @@ async def test_value_and_error_pass_through_and_no_timer_is_left() -> None:
     with pytest.raises(ValueError):
         await within(boom(), 30.0)
     queue = _queue(30.0)
-    assert queue.live == 0 and queue.timer is None and not queue.queue
+    assert queue.live == 0 and not queue.queue  # no task or deadline held once none is running
 
 
 async def test_due_deadline_is_a_timeout_and_the_task_is_not_left_cancelled() -> None:
@@ -73,7 +74,7 @@ async def test_many_at_once_each_gets_its_own_outcome() -> None:
 
     results = await asyncio.gather(*(one(i) for i in range(300)))
     assert results == ["timeout" if i % 3 == 0 else str(i) for i in range(300)]
-    assert _queue(0.05).live == 0 and _queue(0.05).timer is None
+    assert _queue(0.05).live == 0 and not _queue(0.05).queue
 
 
 async def test_nested_deadlines_of_different_lengths() -> None:
@@ -99,4 +100,30 @@ async def test_ended_deadlines_behind_a_running_one_do_not_pile_up() -> None:
     long_one.cancel()
     with pytest.raises(asyncio.CancelledError):
         await long_one
-    assert queue.live == 0 and queue.timer is None
+    assert queue.live == 0 and not queue.queue
+
+
+async def test_one_call_at_a_time_arms_one_timer_not_one_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deadline that is alone in flight when it ends (a rollout's close) leaves its timer armed for the
+    next one: a thousand calls in a row arm the timer once, and a late one still times out."""
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    call_at = loop.call_at
+
+    def counting(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        armed.append(when)
+        return call_at(when, callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_at", counting)
+    for i in range(1000):
+        assert await within(_value(i), 7.5) == i
+    assert len(armed) == 1
+    queue = _queue(7.5)
+    assert queue.live == 0 and not queue.queue and queue.timer is not None
+
+    handle = queue.timer
+    handle.cancel()
+    queue._fire()  # the timer's callback, as when it fires with nothing in flight: it stops, cancelling nothing
+    assert queue.timer is None and len(armed) == 1
+    assert await within(_value(1), 7.5) == 1  # and the next deadline arms it again
+    assert len(armed) == 2 and armed[1] > armed[0]

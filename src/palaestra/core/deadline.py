@@ -6,9 +6,10 @@ loop's heap, compared in Python (``TimerHandle.__lt__``) with the log2 of the he
 and left there when cancelled until the heap is rebuilt: with hundreds of rollouts in flight, two
 deadlines per rollout cost as much CPU as everything else the runner does around a model call. Every
 rollout of a run gets the same deadline, so the deadlines of one length are set in the order they end:
-they queue first in, first out (``_Queue``), behind a single timer armed for the first of them that is
-still running. A rollout that ends takes its deadline out in O(1); the timer, when it fires, skips the
-ones that ended and cancels the ones that are due.
+they queue first in, first out (``_Queue``), behind a single timer armed for the first of them that may
+still be running. A rollout that ends takes its deadline out in O(1) and leaves the timer as it is; the
+timer, when it fires, skips the ones that ended, cancels the ones that are due and arms itself again for
+the first still running. So a timer is armed about once per deadline's length, not once per call.
 
 What a caller sees is what ``asyncio.timeout`` gives: the awaiting task is cancelled when the deadline
 passes, and ``TimeoutError`` (``asyncio.TimeoutError``) comes out of ``within`` in place of the
@@ -71,9 +72,10 @@ class _Queue:
         if deadline.state == _LIVE:
             deadline.state = _DONE
         self.live -= 1
-        if not self.live and self.timer is not None:  # nothing left to watch: no timer keeps the loop busy
-            self.timer.cancel()
-            self.timer = None
+        if not self.live:
+            # Nothing left to watch: nothing is held (no task, no deadline), but the timer stays armed. When
+            # it fires it finds the queue empty and stops; cancelling it here and arming a new one for the
+            # next deadline cost a timer per call wherever one call runs at a time (each rollout's close).
             self.queue.clear()
 
     def _fire(self) -> None:
