@@ -150,7 +150,11 @@ OutcomeStatus = Literal["scored", "failed", "timed_out"]
 
 class Outcome(Record):
     """``scored`` or an infrastructure failure with its ``kind`` (model, environment, sandbox, agent,
-    verifier, judge). A failure is never a reward of 0: it is excluded from scores and retried."""
+    verifier, judge). A failure is never a reward of 0: it is excluded from scores and retried.
+
+    Frozen: an outcome is replaced, never edited, so every scored rollout can share one."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     status: OutcomeStatus
     kind: str | None = None
@@ -158,11 +162,16 @@ class Outcome(Record):
 
     @classmethod
     def scored(cls) -> Outcome:
+        if cls is Outcome:
+            return _SCORED
         return cls(status="scored")
 
     @classmethod
     def failed(cls, kind: str, message: str) -> Outcome:
         return cls(status="failed", kind=kind, message=message)
+
+
+_SCORED = Outcome(status="scored")
 
 
 class Usage(Record):

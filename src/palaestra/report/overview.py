@@ -120,9 +120,12 @@ def _mean_reward(line: Sequence[float | str | None]) -> float:
 
 
 def _heatmaps(effective: Sequence[Row]) -> str:
-    by_group: dict[str, list[Row]] = defaultdict(list)
-    for r in effective:
-        by_group[r.group].append(r)
+    by_policy: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
+    for r in effective:  # by (env, agent, model): a row's group label is made once per group, not per row
+        by_policy[(r.env, r.agent, r.model)].append(r)
+    by_group: dict[str, list[Row]] = {}
+    for rows in by_policy.values():
+        by_group.setdefault(rows[0].group, []).extend(rows)
     out = []
     for group in sorted(by_group)[:MAX_HEATMAP_GROUPS]:
         rows = by_group[group]
@@ -147,10 +150,17 @@ def _heatmaps(effective: Sequence[Row]) -> str:
 
 
 def _phase_hists(rows: Sequence[Row]) -> str:
-    phases = list(PHASES) + sorted({k for r in rows for k in r.timings} - set(PHASES))
+    by_phase: dict[str, list[float]] = {}
+    for r in rows:  # one pass over the rows: each phase's durations, in row order
+        for phase, value in r.timings.items():
+            if value >= 0:
+                values = by_phase.get(phase)
+                if values is None:
+                    values = by_phase[phase] = []
+                values.append(value)
     charts = []
-    for phase in phases:
-        values = [r.timings[phase] for r in rows if phase in r.timings and r.timings[phase] >= 0]
+    for phase in [*PHASES, *sorted(set(by_phase) - set(PHASES))]:
+        values = by_phase.get(phase, [])
         if values:
             charts.append(histogram(values, title=f"{phase.removesuffix('_s')} time per rollout",
                                     xlabel="duration", color=PALETTE[0], width=300, height=180, unit="s"))
@@ -159,8 +169,9 @@ def _phase_hists(rows: Sequence[Row]) -> str:
 
 def _token_hists(rows: Sequence[Row]) -> str:
     out = []
-    for name, color in (("prompt_tokens", PALETTE[3]), ("completion_tokens", PALETTE[4])):
-        values = [float(getattr(r, name)) for r in rows if getattr(r, name)]
+    counts = (("prompt_tokens", [float(r.prompt_tokens) for r in rows if r.prompt_tokens], PALETTE[3]),
+              ("completion_tokens", [float(r.completion_tokens) for r in rows if r.completion_tokens], PALETTE[4]))
+    for name, values, color in counts:
         out.append(histogram(values, title=f"{name.replace('_', ' ')} per rollout", xlabel="tokens",
                              color=color, width=300, height=180))
     steps = [float(r.steps) for r in rows if r.steps]

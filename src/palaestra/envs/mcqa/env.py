@@ -105,8 +105,9 @@ class MCQA(Environment):
                 f"mcqa task '{task.id}': unknown grading_mode {mode!r}",
                 hint=f"use one of {', '.join(GRADING_MODES)}",
             )
-        messages = task.messages()
-        if not messages or not any(str(m.get("content") or "").strip() for m in messages):
+        question = task.input  # read in place: ``task.messages()`` would copy every message to look at it
+        if not (question.strip() if isinstance(question, str)
+                else any(str(m.get("content") or "").strip() for m in question)):
             raise InvalidTask(f"mcqa task '{task.id}' has an empty input", hint="put the question in `input`")
         return options
 
