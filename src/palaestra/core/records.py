@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf, field_validator
 
 # 2: journal records may be compact (a task's input and repeated request messages stored by reference;
 # see rollout/compact.py, whose expand_record every reader applies). Records of version 1 are always whole.
 SCHEMA_VERSION = 2
 
 Message = dict[str, Any]
+# How record fields hold messages: each checked to be a dict and kept as it is, not copied key by key (a copy
+# of every message per record was most of a trajectory's validation, and a resent message could no longer
+# be told by identity when a record is compacted). JSON schema and JSON input are those of ``list[Message]``.
+Messages = list[InstanceOf[Message]]
 
 
 class Record(BaseModel):
@@ -30,7 +34,7 @@ class Task(Record):
     env: str = ""
     agent: str | None = None
     model: str | None = None
-    input: str | list[Message] = ""
+    input: str | Messages = ""
     tools: list[dict[str, Any]] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)
@@ -101,8 +105,9 @@ class ModelCallRecord(Record):
     """One model call as captured by the model proxy (token ids and logprobs when the backend gives them)."""
 
     api: str = "chat"
-    request: dict[str, Any] = Field(default_factory=dict)
-    response: dict[str, Any] | None = None
+    # the bodies as the proxy sent and received them: checked to be objects, kept as they are (as messages)
+    request: InstanceOf[dict[str, Any]] = Field(default_factory=dict)
+    response: InstanceOf[dict[str, Any]] | None = None
     error: dict[str, Any] | None = None
     status: int | None = None
     started: float = 0.0
@@ -130,7 +135,7 @@ def last_assistant_text(messages: list[dict[str, Any]]) -> str:
 class Trajectory(Record):
     """Everything that happened in a rollout, in order."""
 
-    messages: list[Message] = Field(default_factory=list)
+    messages: Messages = Field(default_factory=list)
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     model_calls: list[ModelCallRecord] = Field(default_factory=list)
     final_answer: str | None = None
