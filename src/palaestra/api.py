@@ -29,7 +29,7 @@ from palaestra.core.records import Rollout, Task
 from palaestra.rollout.config import RunConfig, RunEntry
 
 if TYPE_CHECKING:
-    from palaestra.metrics.summary import RunStatus
+    from palaestra.metrics.status import RunStatus
     from palaestra.models.base import ModelBackend
     from palaestra.settings import Settings
     from palaestra.train.service_types import Group, StragglerPolicy
@@ -222,7 +222,7 @@ async def evaluate_async(
 
 
 def _result(cfg: RunConfig, result: Any) -> EvalResult:
-    from palaestra.metrics.summary import run_status
+    from palaestra.metrics.status import run_status
 
     verdict = result.status if result.status is not None else run_status(result.metrics, cfg.min_coverage)
     failed = (result.metrics.get("overall") or {}).get("n_failed") or {}

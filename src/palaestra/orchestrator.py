@@ -18,7 +18,8 @@ from typing import Any
 from palaestra.core.errors import InvalidTask
 from palaestra.core.records import Task
 from palaestra.envs.registry import accepted_options, load_env_class, register_alias, spec_for
-from palaestra.metrics.summary import RunStatus, compute_metrics, run_status
+from palaestra.metrics.status import RunStatus, run_status
+from palaestra.metrics.summary import compute_metrics
 from palaestra.metrics.usage import model_usage
 from palaestra.rollout import rundir
 from palaestra.rollout.collector import Collector, ProgressFn, check_size, plan

@@ -190,3 +190,13 @@ def test_shortcuts_give_the_numbers_the_full_computation_gives() -> None:
     two = compute_metrics(rollouts + [ro("t0", model="m2", reward=1.0)], n_boot=500)
     assert two["groups"]["env=mcqa agent=tool model=m2"]["n_rollouts_scored"] == 1
     assert two["overall"]["n_rollouts_scored"] == 81
+
+
+def test_a_scored_record_without_a_verdict_counts_as_failed_no_verdict_as_the_report_shows_it() -> None:
+    from palaestra.metrics.rows import row_from_rollout
+
+    odd = ro("t2", reward=None)  # said scored, no verdict: no reward to count, and never a 0
+    metrics = compute_metrics([ro("t1"), odd])
+    assert metrics["overall"]["n_rollouts_scored"] == 1 and metrics["overall"]["mean_reward"] == 1.0
+    assert metrics["overall"]["n_failed"] == {"no_verdict": 1}
+    assert set(metrics["failure_examples"]) == {"no_verdict"} == {row_from_rollout(1, odd).failure_kind}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from palaestra.core.errors import ConfigError, InvalidTask
-from palaestra.metrics.summary import run_status
+from palaestra.metrics.status import run_status
 from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
 from palaestra.rollout.journal_read import read_journal

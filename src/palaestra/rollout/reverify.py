@@ -15,7 +15,8 @@ import orjson
 
 from palaestra.core.errors import InfraError, PalaestraError
 from palaestra.core.records import Outcome, Rollout, Task
-from palaestra.metrics.summary import RunStatus, compute_metrics, run_status
+from palaestra.metrics.status import RunStatus, run_status
+from palaestra.metrics.summary import compute_metrics
 from palaestra.placement import mount_env
 from palaestra.rollout import rundir
 from palaestra.rollout.compact import compact_rollout
