@@ -172,15 +172,11 @@ def _block(units: dict[UnitKey, _Unit], n_expected: int | None, covered: int,
         p1_ci = ci  # 0/1 rewards that equal pass, same rollouts per task: the very same resampled statistic
     else:
         p1_ci = pass_at_1_ci(nc, n_boot=n_boot, seed=seed)
-    # k = 1 is every run's first (and, with one repeat, only) k: pass@1 and pass^1 are both c/n, and
-    # majority@1 is the first sample's own answer, so they are read off each unit without a call per unit.
-    rate = [c / n for n, c in nc]
-    pass_at = {str(k): _mean(rate if k == 1 else [pass_at_k(n, c, k) for n, c in nc]) for k in ks}
-    pass_hat = {str(k): _mean(rate if k == 1 else [pass_hat_k(n, c, k) for n, c in nc]) for k in ks}
+    pass_at = {str(k): _mean([pass_at_k(n, c, k) for n, c in nc]) for k in ks}
+    pass_hat = {str(k): _mean([pass_hat_k(n, c, k) for n, c in nc]) for k in ks}
     majority: dict[str, float | None] | None = None
     if has_answers:
-        majority = {str(k): _mean([1.0 if a[0] is not None and p[0] else 0.0 for a, p in samples] if k == 1
-                                  else [majority_at_k(a, p, k) for a, p in samples]) for k in ks}
+        majority = {str(k): _mean([majority_at_k(a, p, k) for a, p in samples]) for k in ks}
     return {
         "n_tasks": len({(env, task_id) for env, _, _, task_id in units}),
         "n_tasks_scored": len({(key[0], key[3]) for key, u in units.items() if u.scored}),
