@@ -15,10 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, InstanceOf, field_validator
 SCHEMA_VERSION = 2
 
 Message = dict[str, Any]
-# How record fields hold messages: each checked to be a dict and kept as it is, not copied key by key (a copy
-# of every message per record was most of a trajectory's validation, and a resent message could no longer
-# be told by identity when a record is compacted). JSON schema and JSON input are those of ``list[Message]``.
-Messages = list[InstanceOf[Message]]
+# How record fields hold free-form JSON objects (messages, tool schemas, a model call's bodies): checked to
+# be a dict and kept as it is, not copied key by key (a copy of every message per record was most of a
+# trajectory's validation, and a resent message could no longer be told by identity when a record is
+# compacted). JSON schema and JSON input are those of ``dict[str, Any]``.
+KeptDict = InstanceOf[dict[str, Any]]
+Messages = list[KeptDict]
 
 
 class Record(BaseModel):
@@ -105,9 +107,8 @@ class ModelCallRecord(Record):
     """One model call as captured by the model proxy (token ids and logprobs when the backend gives them)."""
 
     api: str = "chat"
-    # the bodies as the proxy sent and received them: checked to be objects, kept as they are (as messages)
-    request: InstanceOf[dict[str, Any]] = Field(default_factory=dict)
-    response: InstanceOf[dict[str, Any]] | None = None
+    request: KeptDict = Field(default_factory=dict)  # the bodies as the proxy sent and received them
+    response: KeptDict | None = None
     error: dict[str, Any] | None = None
     status: int | None = None
     started: float = 0.0

@@ -31,8 +31,8 @@ from palaestra.models.base import CallContext
 RETRY_STATUSES = frozenset({408, 409, 429})
 # A call's timeout is a deadline (``core.deadline.within``: the calls of a backend share one timer), not
 # aiohttp's: its ClientTimeout arms and cancels a loop timer per request (an object on the loop's heap,
-# compared in Python as it is pushed and popped). The session's own is off, so a caller's session keeps
-# no timer of its own either.
+# compared in Python as it is pushed and popped). Every request passes this one, which has no timeout, so
+# a session the caller gave keeps no timer of its own either; a session made here has none to begin with.
 _NO_TIMER = aiohttp.ClientTimeout()
 KEEPALIVE_S = 30.0  # idle pooled connections are kept this long; a closed one is detected and dropped
 

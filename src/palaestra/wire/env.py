@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from palaestra.core.records import Messages, Task, Trajectory, Verdict
+from palaestra.core.records import KeptDict, Messages, Task, Trajectory, Verdict
 from palaestra.wire.errors import ErrorDetail, ErrorEnvelope
 
 
@@ -31,7 +31,7 @@ class SessionHandle(_Open):
     """What ``POST /sessions`` answers: the session id, the tools the model may call, the first messages."""
 
     session_id: str
-    tools: Messages = Field(default_factory=list)  # tool schemas: dicts kept as they are, as messages are
+    tools: list[KeptDict] = Field(default_factory=list)
     messages: Messages = Field(default_factory=list)
     observation: str | None = None
 
