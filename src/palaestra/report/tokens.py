@@ -41,6 +41,24 @@ def _logprob_content(response: Any) -> list[Mapping[str, Any]]:
     return [c for c in content if is_map(c)] if isinstance(content, list) else []
 
 
+def _may_carry_tokens(call: Any) -> bool:
+    """False only for a call ``_turn`` surely makes no turn of: a plain dict without token ids or logprobs,
+    whose response (a chat completion, or none) has no logprobs block. Anything else is left to ``_turn``."""
+    if type(call) is not dict:
+        return is_map(call)
+    if call.get("generation_token_ids") is not None or call.get("generation_logprobs") is not None:
+        return True
+    response = call.get("response")
+    if response is None:
+        return False
+    if type(response) is not dict:
+        return True
+    choices = response.get("choices")
+    if type(choices) is not list or not choices or type(choices[0]) is not dict:
+        return choices is not None
+    return choices[0].get("logprobs") is not None
+
+
 def _turn(index: int, call: Mapping[str, Any]) -> dict[str, Any] | None:
     content = _logprob_content(call.get("response"))
     ids = _ints(call.get("generation_token_ids"))
@@ -80,6 +98,11 @@ def token_view(model_calls: Sequence[Mapping[str, Any]]) -> dict[str, Any] | Non
 
     Returns None when no model call carried token ids, logprobs or pieces.
     """
+    for c in model_calls:  # most calls carry no token data: then there is nothing to build
+        if _may_carry_tokens(c):
+            break
+    else:
+        return None
     turns = [t for i, c in enumerate(model_calls) if is_map(c) and (t := _turn(i, c))]
     if not turns:
         return None
