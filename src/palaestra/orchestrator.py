@@ -26,6 +26,7 @@ from palaestra.rollout.collector import Collector, ProgressFn, check_size, plan
 from palaestra.rollout.config import RunConfig, effective_settings, env_options
 from palaestra.rollout.journal import Written
 from palaestra.rollout.journal_read import read_journal
+from palaestra.rollout.models import refuse_unreachable
 from palaestra.rollout.results import JournalRead, env_metrics, expected_counts, gc_paused, read_run_journal
 from palaestra.rollout.selection import select_tasks
 from palaestra.rollout.tasks import read_tasks, write_tasks
@@ -81,6 +82,13 @@ def write_metrics(run_dir: Path, tasks: list[Task], repeats: int,
     return metrics
 
 
+async def _models_reachable(cfg: RunConfig, tasks: list[Task]) -> None:
+    """Refuse the run before its first rollout when a model server it calls is down. Not on Ray: a worker
+    on another machine may reach a server this one does not (each node's own ``localhost``, say)."""
+    if not (cfg.cluster or "").startswith("ray"):
+        await refuse_unreachable(cfg, {task.model or cfg.model for task in tasks})
+
+
 async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | None = None,
                    on_rollout: ProgressFn | None = None, settings: Settings | None = None,
                    sources: dict[str, str] | None = None) -> RunResult:
@@ -110,7 +118,9 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
         for name, meta in manifest_envs.items():
             register_alias(name, meta.get("spec", name))
         check_size(len(tasks), cfg.repeats, cfg.max_rollouts)
+        resumed = True
     else:
+        resumed = False
         tasks, skipped = select_tasks(cfg)
         if not tasks:
             raise InvalidTask("no tasks to run" + (f" ({len(skipped)} invalid row(s) skipped)" if skipped else ""),
@@ -127,6 +137,7 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
             # Grading that cannot work (no judge configured) refuses the run here, before anything is written;
             # what the environment reports (which judge grades) is recorded in run.json.
             envs[name].update(cls(**accepted_options(cls, options)).preflight([t for t in tasks if t.env == name]))
+        await _models_reachable(cfg, tasks)  # a model server that is down refuses the run here too
         with rundir.guard_fs("create the run directory", run_dir):
             run_dir.mkdir(parents=True, exist_ok=True)
             write_tasks(run_dir / rundir.TASKS, tasks)
@@ -136,6 +147,8 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
             rundir.write_json_atomic(run_dir / rundir.RUN_JSON, manifest)
     records, _ = read_journal(run_dir / rundir.JOURNAL, missing_ok=True)
     pending, already = plan(tasks, cfg.repeats, records, cfg.max_attempts)
+    if resumed and pending:
+        await _models_reachable(cfg, [task for task, _, _ in pending])
     first_seq = len(records)  # the index the report gives the first record collected now
     del records
     if on_start:

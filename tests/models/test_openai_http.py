@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from palaestra.core.errors import ConfigError, ModelError
 from palaestra.models.base import CallContext
-from palaestra.models.openai_http import OpenAIBackend, _env_proxy, api_key_from_env, retry_after_seconds
+from palaestra.models.openai_http import OpenAIBackend, api_key_from_env, env_proxy, retry_after_seconds
 from palaestra.server.ports import free_port
 
 KEY = "sk-test-secret-123"
@@ -380,9 +380,9 @@ def test_env_proxy_is_honoured_except_for_no_proxy(monkeypatch: pytest.MonkeyPat
     for var in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
         monkeypatch.delenv(var, raising=False)
         monkeypatch.delenv(var.upper(), raising=False)
-    assert _env_proxy("http://10.0.0.5:8000/v1") is None
+    assert env_proxy("http://10.0.0.5:8000/v1") is None
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:3128")
-    assert _env_proxy("http://10.0.0.5:8000/v1") == "http://127.0.0.1:3128"
-    assert _env_proxy("https://10.0.0.5/v1") is None
+    assert env_proxy("http://10.0.0.5:8000/v1") == "http://127.0.0.1:3128"
+    assert env_proxy("https://10.0.0.5/v1") is None
     monkeypatch.setenv("NO_PROXY", "10.0.0.5")
-    assert _env_proxy("http://10.0.0.5:8000/v1") is None
+    assert env_proxy("http://10.0.0.5:8000/v1") is None

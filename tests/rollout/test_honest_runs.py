@@ -7,14 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from palaestra.core.errors import ConfigError, InvalidTask
+from palaestra.core.errors import ConfigError, InvalidTask, ModelError
 from palaestra.metrics.status import run_status
 from palaestra.orchestrator import run_eval
 from palaestra.rollout.config import RunConfig
@@ -38,33 +35,6 @@ BAD_LINES = (1, 2, 4)
 def _write_rows(path: Path, rows: list[dict[str, object]]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
-
-
-@pytest.fixture
-def counting_model() -> Iterator[tuple[str, list[str]]]:
-    """A real HTTP server on 127.0.0.1 that records every request: a stand-in model that must not be
-    called at all."""
-    hits: list[str] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            hits.append(self.path)
-            self.send_response(500)
-            self.end_headers()
-
-        do_GET = do_POST
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", hits
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # ---- validate before starting -------------------------------------------------------------------------
@@ -172,14 +142,32 @@ def test_cli_all_failed_exits_4_with_the_cause(tmp_path: Path) -> None:
     assert "--resume" in proc.stderr
 
 
-def test_cli_dead_model_server_exits_4_and_says_where(tmp_path: Path) -> None:
+def test_cli_dead_model_server_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """A model server that is down at the start is known then: the run is refused at once, naming the
+    server (credentials redacted) and the fix, instead of journaling every row failed(model)."""
     port = free_port()  # nothing listens there
-    url = f"http://127.0.0.1:{port}/v1"
-    proc = subprocess.run(CLI + ["eval", "run", "--env", "math", "--limit", "1", "--model", url,
-                                 "--max-attempts", "1", "--deadline", "20", "--out", str(tmp_path / "run"), "-q"],
-                          capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert "failed(model)" in proc.stderr and f"is the model server at {url} up" in proc.stderr
+    out = tmp_path / "run"
+    proc = subprocess.run(CLI + ["eval", "run", "--env", "math", "--limit", "3", "--model",
+                                 f"http://user:sk-canary-1@127.0.0.1:{port}/v1", "--out", str(out), "-q"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"cannot reach the model server at http://***@127.0.0.1:{port}/v1 (Connection refused)" in proc.stderr
+    assert "nothing was started" in proc.stderr and "start the model server" in proc.stderr
+    assert "sk-canary" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+async def test_a_resume_against_a_dead_model_server_is_refused_and_keeps_the_journal(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    first = await run_eval(RunConfig(env="math", limit=2, model="scripted:oracle?failure_rate=1", max_attempts=1,
+                                     out=str(out)))
+    assert first.exit_code == 4
+    journal = (out / "rollouts.jsonl").read_bytes()
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ModelError, match="cannot reach the model server") as refused:
+        await run_eval(RunConfig(env="math", limit=2, model=dead, max_attempts=2, out=str(out)))
+    assert dead in refused.value.message
+    assert (out / "rollouts.jsonl").read_bytes() == journal  # the failed slots are still there to resume
 
 
 async def test_partial_failure_against_min_coverage(tmp_path: Path) -> None:

@@ -116,18 +116,31 @@ def test_yaml_config_and_flags_with_sources(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "config file not found" in proc.stderr
 
 
-def test_secrets_never_reach_run_json(tmp_path: Path) -> None:
+def test_secrets_never_reach_run_json(tmp_path: Path, counting_model: tuple[str, list[str]]) -> None:
+    """Credentials in the model URL reach no file of the run, its failure records included: the model
+    answers every request HTTP 500, so each rollout fails with a message that names the server."""
+    url, hits = counting_model
+    secret_url = url.replace("http://", "http://user:sk-canary-123@") + "?api_key=sk-canary-456"
     out = tmp_path / "run"
-    proc = subprocess.run(CLI + ["eval", "run", "--env", "mcqa", "--limit", "2", "--model",
-                                 "http://user:sk-canary-123@127.0.0.1:9/v1?api_key=sk-canary-456",
-                                 "--max-attempts", "1", "--deadline", "5", "--out", str(out), "-q"],
-                          capture_output=True, text=True, timeout=120,
-                          env={**__import__("os").environ, "OPENAI_API_KEY": "sk-canary-789"})
+    environ = {k: v for k, v in __import__("os").environ.items() if k != "OPENAI_API_KEY"}
+    run = CLI + ["eval", "run", "--env", "mcqa", "--limit", "2", "--model", secret_url, "--max-attempts", "1",
+                 "--deadline", "5", "--out", str(out), "-q"]
+    proc = subprocess.run(run, capture_output=True, text=True, timeout=120, env=environ)
     assert proc.returncode == 4, proc.stderr  # every rollout failed: the run exits "failed", not green
     assert "FAILED: no rollout was scored" in proc.stderr and "failed(model)" in proc.stderr
     assert "sk-canary" not in proc.stdout + proc.stderr  # the summary names the server, redacted
+    assert hits  # the requests reached the server: the failures are its answers
     for f in out.iterdir():
         text = f.read_text()
         assert "sk-canary" not in text, f.name
     m = json.loads((out / "metrics.json").read_text())
-    assert m["overall"]["n_failed"] == {"model": 2}  # nothing listens on port 9: failed, not zero
+    assert m["overall"]["n_failed"] == {"model": 2}  # the server answered 500: failed, not zero
+    # An API key as well: a request can carry one Authorization only, and the run says so before any call
+    # (it used to send none and report each rollout as a crash of the backend).
+    before = len(hits)
+    proc = subprocess.run(run[:-3] + ["--out", str(tmp_path / "run2"), "-q"], capture_output=True, text=True,
+                          timeout=120, env={**environ, "OPENAI_API_KEY": "sk-canary-789"})
+    assert proc.returncode == 2, proc.stderr
+    assert "carries credentials (user:password@) and an API key" in proc.stderr
+    assert "drop the credentials" in proc.stderr
+    assert "sk-canary" not in proc.stdout + proc.stderr and len(hits) == before

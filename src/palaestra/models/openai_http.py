@@ -90,7 +90,7 @@ def _error_detail(content: bytes) -> str:
     return _snippet(content.decode("utf-8", "replace"))
 
 
-def _env_proxy(url: str) -> str | None:
+def env_proxy(url: str) -> str | None:
     """The HTTP(S)_PROXY that applies to ``url`` (NO_PROXY honoured, as httpx did), found once per loop.
 
     aiohttp's own ``trust_env`` re-reads the environment and netrc in a thread on every request, which
@@ -162,6 +162,15 @@ class OpenAIBackend:
             )
         if max_concurrency < 1 or max_retries < 0 or timeout <= 0:
             raise ConfigError("OpenAIBackend needs max_concurrency >= 1, max_retries >= 0 and timeout > 0")
+        if api_key and urllib.parse.urlsplit(base_url).username is not None:
+            # aiohttp sends a URL's credentials as the Authorization header, which the key also needs: every
+            # call would raise. Said once, here, instead of as a crash of each call.
+            raise ConfigError(
+                f"model base_url {redact_url(base_url)} carries credentials (user:password@) and an API key is "
+                "set as well: a request can carry only one of them",
+                hint="drop the credentials from the URL, or give no API key (unset OPENAI_API_KEY, or point "
+                     "--api-key-env at an unset variable)",
+            )
         self.base_url = base_url.rstrip("/")
         self._shown_url = redact_url(self.base_url)  # what messages and names may show
         self.model = model
@@ -221,7 +230,7 @@ class OpenAIBackend:
                 )
             self._loop = loop
             self._semaphore = asyncio.Semaphore(self.max_concurrency)
-            self._proxy = _env_proxy(self.base_url)
+            self._proxy = env_proxy(self.base_url)
             if self._session is None:
                 connector = aiohttp.TCPConnector(limit=self.max_concurrency, keepalive_timeout=KEEPALIVE_S)
                 self._session = aiohttp.ClientSession(connector=connector, timeout=_NO_TIMER)

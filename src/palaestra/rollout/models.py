@@ -3,8 +3,12 @@ once. A spec may name an entry of the run's ``models`` table, or be a router ove
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from palaestra.core.errors import ModelError
+from palaestra.core.secrets import redact_url
 from palaestra.models.base import ModelBackend
-from palaestra.models.factory import make_backend
+from palaestra.models.factory import make_backend, parse_model_spec
 from palaestra.models.router import RouterBackend, RouteSpec, is_router, parse_route
 from palaestra.rollout.config import RunConfig
 from palaestra.server.continuation import with_continuation
@@ -62,6 +66,47 @@ class ModelPool:
             else:
                 self.proxy(spec)
 
+    def leaves(self, specs: Iterable[str]) -> set[str]:
+        """The model specs that ``specs`` call: a router's targets, each name resolved."""
+        out: set[str] = set()
+        for spec in specs:
+            route = self.route(spec)
+            names = [spec] if route is None else \
+                [*route.to, *route.tag_map.values(), *([route.default] if route.default else [])]
+            out.update(self.resolve(name) for name in names)
+        return out
+
     async def aclose(self) -> None:
         for backend in self._backends.values():
             await backend.aclose()
+
+
+def http_urls(spec: str) -> list[str]:
+    """The base URLs a model spec sends its requests to (an endpoint pool has several); none for a model
+    that runs here (``scripted``, ``local``) or a plugin's."""
+    parsed = parse_model_spec(spec)
+    if parsed.kind not in ("openai", "responses"):
+        return []
+    from palaestra.models.endpoints import split_urls  # with aiohttp: only a run with an HTTP model needs it
+
+    return split_urls(parsed.name or "")
+
+
+async def refuse_unreachable(cfg: RunConfig, specs: Iterable[str]) -> None:
+    """Refuse the run (``ModelError``) when a model it calls has no server a connection reaches
+    (``models.reach`` says why that is asked up front, and what is not taken for an answer). An endpoint
+    pool is down only when every one of its URLs is."""
+    pool = ModelPool(cfg)
+    groups = [urls for spec in sorted(pool.leaves(specs)) if (urls := http_urls(spec))]
+    if not groups:
+        return
+    from palaestra.models.reach import unreachable
+
+    bad = await unreachable(url for urls in groups for url in urls)
+    dead = {url: bad[url] for urls in groups if all(u in bad for u in urls) for url in urls}
+    if dead:
+        shown = "; ".join(f"{redact_url(url)} ({why})" for url, why in dead.items())
+        raise ModelError(
+            f"cannot reach the model server at {shown}: nothing was started",
+            hint="start the model server (or wait until it listens) and run the same command again, or fix "
+                 "--model / the run's models table")
