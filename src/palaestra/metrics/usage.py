@@ -23,22 +23,18 @@ def model_usage(records: Iterable[Mapping[str, Any]], prices: Mapping[str, float
 
     Failed attempts count too: their calls were made and paid for."""
     out: dict[str, dict[str, Any]] = {}
-    # Runs once per call of a run's every record: the plain dicts of a journal pass their tests inline
-    # (``type(x) is dict``), and only anything else goes through ``is_map``.
     for r in records:
-        traj = r.get("trajectory") if type(r) is dict or is_map(r) else None
-        calls = traj.get("model_calls") if type(traj) is dict or is_map(traj) else None
-        for call in calls if type(calls) is list or isinstance(calls, list) else []:
-            if type(call) is not dict and not is_map(call):
+        traj = r.get("trajectory") if is_map(r) else None
+        calls = traj.get("model_calls") if is_map(traj) else None
+        for call in calls if isinstance(calls, list) else []:
+            if not is_map(call):
                 continue  # a record it cannot read is skipped: compute_metrics reports invalid records
-            name = call.get("routed_to") or r.get("model") or "?"
-            name = name if type(name) is str else str(name)
+            name = str(call.get("routed_to") or r.get("model") or "?")
             row = out.get(name)
             if row is None:
                 row = out[name] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
             usage = call.get("usage")
-            if type(usage) is not dict:
-                usage = usage if is_map(usage) else {}
+            usage = usage if is_map(usage) else {}
             row["calls"] += 1
             row["prompt_tokens"] += as_count(usage.get("prompt_tokens"))
             row["completion_tokens"] += as_count(usage.get("completion_tokens"))

@@ -70,26 +70,21 @@ def _arguments(raw: Any, max_chars: int) -> str | None:
 
 
 def _messages(messages: list[Any], max_chars: int) -> list[Any]:
-    """The messages as the viewer shows them. When every one is ``{"role", "content"}`` with a short text
-    and none is a tool result (a single-turn rollout), they are shown as they are: the detail holds the
-    messages themselves, not copies (it is only read and encoded). The test is written out in the loop
-    (``_message`` makes the same one per message): a call per message cost as much as the copies."""
-    for m in messages:
-        if type(m) is not dict or len(m) != 2:
-            break
-        role, content = m.get("role"), m.get("content")
-        if type(role) is not str or role == "tool" or type(content) is not str or len(content) > max_chars:
-            break
-    else:
-        return list(messages)
-    return [_message(m, max_chars) for m in messages]
+    """The messages as the viewer shows them. One that is ``{"role", "content"}`` with a short text and is
+    not a tool result (most messages; every one of a single-turn rollout) is shown as it is: the detail
+    holds the message itself, not a copy (it is only read and encoded). The test is written out in the
+    loop, not called per message: a call per message cost as much as the copies."""
+    shown = list(messages)
+    for i, m in enumerate(shown):
+        if type(m) is dict and len(m) == 2:
+            role, content = m.get("role"), m.get("content")
+            if type(role) is str and role != "tool" and type(content) is str and len(content) <= max_chars:
+                continue
+        shown[i] = _message(m, max_chars)
+    return shown
 
 
 def _message(m: Any, max_chars: int) -> dict[str, Any]:
-    if type(m) is dict and len(m) == 2:  # {"role", "content"} with a short text: most messages, as they are
-        role, content = m.get("role"), m.get("content")
-        if type(role) is str and role != "tool" and type(content) is str and len(content) <= max_chars:
-            return m
     if not is_map(m):
         return {"role": "?", "content": _text(m, max_chars)}
     role = str(m.get("role", "?"))
@@ -126,11 +121,6 @@ def _tool_call(c: Any, t0: float, max_chars: int) -> dict[str, Any]:
 
 
 def _finish_reason(response: Any) -> str | None:
-    if type(response) is dict:  # an OpenAI chat completion, as decoded: no further checks
-        choices = response.get("choices")
-        if type(choices) is list and choices and type(choices[0]) is dict:
-            reason = choices[0].get("finish_reason")
-            return reason if reason is None or type(reason) is str else str(reason)
     if is_map(response):
         choices = response.get("choices")
         if isinstance(choices, list) and choices and is_map(choices[0]):
@@ -149,9 +139,9 @@ def _model_call(c: Any, t0: float, max_chars: int) -> dict[str, Any]:
     request = c.get("request")
     request = request if is_map(request) else {}
     params = {k: v for k, v in request.items() if k not in _NOT_PARAMS and isinstance(v, (str, int, float, bool))}
-    started, error = c.get("started"), c.get("error")
+    started = c.get("started")
     return {"api": c.get("api"), "status": c.get("status"), "latency_s": c.get("latency_s"),
-            "usage": c.get("usage") or {}, "error": None if error is None else _text(error, max_chars),
+            "usage": c.get("usage") or {}, "error": _text(c.get("error"), max_chars),
             "finish_reason": _finish_reason(c.get("response")), "params": params,
             "t": (started - t0) if isinstance(started, (int, float)) and started and t0 else None}
 
@@ -176,31 +166,23 @@ def _list(value: Any) -> list[Any]:
 
 def rollout_detail(rec: Mapping[str, Any], seq: int, *, max_chars: int = MAX_CHARS) -> dict[str, Any]:
     """What the viewer shows for one rollout; tolerant of missing or odd fields."""
-    # The plain dicts and lists of a journal record are taken as they are, and only anything else goes
-    # through the checks (``as_map``, ``_list``): a helper's call costs more than the test it makes.
-    get = rec.get
-    traj, verdict, outcome = get("trajectory"), get("verdict"), get("outcome")
-    traj = traj if type(traj) is dict else as_map(traj)
-    verdict = verdict if verdict is None or type(verdict) is dict else (verdict if is_map(verdict) else None)
-    outcome = outcome if type(outcome) is dict else as_map(outcome)
-    model_calls, messages, tool_calls = traj.get("model_calls"), traj.get("messages"), traj.get("tool_calls")
-    model_calls = model_calls if type(model_calls) is list else _list(model_calls)
-    messages = messages if type(messages) is list else _list(messages)
-    tool_calls = tool_calls if type(tool_calls) is list else _list(tool_calls)
-    started_at = get("started_at")
+    traj = as_map(rec.get("trajectory"))
+    model_calls = _list(traj.get("model_calls"))
+    started_at = rec.get("started_at")
     t0 = float(started_at) if isinstance(started_at, (int, float)) else 0.0
-    message, final = outcome.get("message"), traj.get("final_answer")
-    answer = verdict.get("answer") if verdict is not None else None
+    verdict = rec.get("verdict") if is_map(rec.get("verdict")) else None
+    outcome = as_map(rec.get("outcome"))
+    messages, tool_calls = _list(traj.get("messages")), _list(traj.get("tool_calls"))
+    get = rec.get
     return {
         "seq": seq, "rollout_id": get("rollout_id"), "task_id": get("task_id"), "env": get("env"),
         "agent": get("agent"), "model": get("model"), "repeat": get("repeat"), "attempt": get("attempt"),
         "started_at": get("started_at"), "tags": get("tags"),
         "outcome": {"status": outcome.get("status"), "kind": outcome.get("kind"),
-                    "message": None if message is None else _text(message, max_chars)},
+                    "message": _text(outcome.get("message"), max_chars)},
         "verdict": None if verdict is None else {
             "reward": verdict.get("reward"), "passed": verdict.get("passed"),
-            "components": verdict.get("components") or {},
-            "answer": answer if type(answer) is str and len(answer) <= max_chars else _text(answer, max_chars),
+            "components": verdict.get("components") or {}, "answer": _text(verdict.get("answer"), max_chars),
             "metadata": _text(verdict.get("metadata") or None, max_chars)},
         "timings": rec.get("timings") or {},
         "usage": rec.get("usage") or {},
@@ -208,7 +190,7 @@ def rollout_detail(rec: Mapping[str, Any], seq: int, *, max_chars: int = MAX_CHA
         "tool_calls": [_tool_call(c, t0, max_chars) for c in tool_calls] if tool_calls else [],
         "model_calls": [_model_call(c, t0, max_chars) for c in model_calls],
         "tools": _tool_names(model_calls),
-        "final_answer": final if type(final) is str and len(final) <= max_chars else _text(final, max_chars),
+        "final_answer": _text(traj.get("final_answer"), max_chars),
         "steps": traj.get("steps"),
         "stop_reason": traj.get("stop_reason"),
         "parse_failures": traj.get("parse_failures"),

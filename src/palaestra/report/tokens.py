@@ -30,33 +30,29 @@ def _ints(value: Any) -> list[int] | None:
     return None
 
 
-def _logprob_content(response: Any) -> list[Mapping[str, Any]]:
+def _logprob_block(response: Any) -> Any:
+    """The first choice's ``logprobs`` block of a chat completion (None when there is none)."""
     if not is_map(response):
-        return []
+        return None
     choices = response.get("choices")
     if not isinstance(choices, list) or not choices or not is_map(choices[0]):
-        return []
-    block = choices[0].get("logprobs")
+        return None
+    return choices[0].get("logprobs")
+
+
+def _logprob_content(response: Any) -> list[Mapping[str, Any]]:
+    block = _logprob_block(response)
     content = block.get("content") if is_map(block) else None
     return [c for c in content if is_map(c)] if isinstance(content, list) else []
 
 
 def _may_carry_tokens(call: Any) -> bool:
-    """False only for a call ``_turn`` surely makes no turn of: a plain dict without token ids or logprobs,
-    whose response (a chat completion, or none) has no logprobs block. Anything else is left to ``_turn``."""
-    if type(call) is not dict:
-        return is_map(call)
-    if call.get("generation_token_ids") is not None or call.get("generation_logprobs") is not None:
-        return True
-    response = call.get("response")
-    if response is None:
-        return False
-    if type(response) is not dict:
-        return True
-    choices = response.get("choices")
-    if type(choices) is not list or not choices or type(choices[0]) is not dict:
-        return choices is not None
-    return choices[0].get("logprobs") is not None
+    """False only for a call ``_turn`` surely makes no turn of: one without token ids, logprobs, or a
+    logprobs block in its response. Asked of every call first, so that the common case (none has any)
+    builds nothing."""
+    return is_map(call) and (call.get("generation_token_ids") is not None
+                             or call.get("generation_logprobs") is not None
+                             or _logprob_block(call.get("response")) is not None)
 
 
 def _turn(index: int, call: Mapping[str, Any]) -> dict[str, Any] | None:
