@@ -200,11 +200,15 @@ def test_tb1_template_style_logs_name_their_host() -> None:
 async def test_without_an_engine_runs_are_approximate_or_refused(tmp_path: Path) -> None:
     """No docker or podman (here: the local sandbox asked for): the verdict says ``approximate``; with
     ``require_engine`` the run is refused before anything starts."""
-    from palaestra.sandbox import available_providers
+    from palaestra.sandbox.providers import provider_class
 
-    name = next((n for n in ("local", "process") if available_providers()[n][0]), None)
+    # availability() itself, not available_providers(), which turns an exception into "unusable": a bug
+    # there must fail this test, not skip it
+    why = {n: provider_class(n).availability() for n in ("local", "process")}
+    name = next((n for n, (ok, _) in why.items() if ok), None)
     if name is None:
-        pytest.skip("bwrap: neither the local nor the process sandbox works here")
+        pytest.skip("bwrap: neither the local nor the process sandbox works here: "
+                    + "; ".join(f"{n}: {reason}" for n, (_, reason) in why.items()))
     work = tmp_path / "hello"
     shutil.copytree(FIXTURES / "tb1" / "hello-file", work)
     [task] = import_terminal_bench(work, tmp_path / "tasks").tasks
