@@ -177,7 +177,8 @@ async def run_eval(cfg: RunConfig, *, on_start: Callable[[int, int], None] | Non
         metrics = write_metrics(run_dir, tasks, cfg.repeats, cfg.model_prices, journal=journal)
         journal.rollouts.clear()  # the report reads records and rows only: free the validated copies (peak RSS)
         try:
-            write_report(run_dir, journal=journal, transcripts=transcripts)
+            write_report(run_dir, journal=journal, transcripts=transcripts,
+                         expected=expected_counts(tasks, cfg.repeats), metrics=metrics)
         except Exception as exc:  # the run's data is safe in the journal; a report bug must not fail the run
             log.warning("could not write report.html for %s: %s: %s", run_dir, type(exc).__name__, exc)
     unreadable = list(metrics.get("journal_problems") or []) + list(metrics.get("invalid_records") or [])

@@ -150,6 +150,14 @@ def test_the_end_of_a_run_takes_its_own_records_from_memory_and_writes_what_a_fr
         return read
 
     monkeypatch.setattr(orchestrator, "read_run_journal", spy)
+    # nor does its report read back what the run has just written: metrics.json, or tasks.jsonl for the
+    # expected slots (the fresh report below reads both, and must give the same page)
+    from palaestra.report import rundata
+
+    read_back: list[str] = []
+    stored, expected = rundata.stored_metrics, rundata._expected
+    monkeypatch.setattr(rundata, "stored_metrics", lambda *a: read_back.append("metrics.json") or stored(*a))
+    monkeypatch.setattr(rundata, "_expected", lambda *a: read_back.append("tasks.jsonl") or expected(*a))
     out = tmp_path / "run"
     base = {"env": env, "agent": agent, "model": "scripted:oracle?failure_rate=0.3", "repeats": 2, "limit": 6,
             "out": str(out), "seed": 3}
@@ -157,11 +165,14 @@ def test_the_end_of_a_run_takes_its_own_records_from_memory_and_writes_what_a_fr
         before = len(read_journal_records(out))
         result = asyncio.run(run_eval(RunConfig(**base, max_attempts=attempts)))  # type: ignore[arg-type]
         assert result.collected > 0, session
+        assert read_back == [], read_back
         read = reads[-1]
         assert read.kept_from == before and len(read.records) > before  # its own records: from memory
         written = orjson.loads((out / "metrics.json").read_bytes())
         assert orjson.loads(orjson.dumps(write_metrics(out, read_tasks(out / "tasks.jsonl"), 2))) == written
         fresh = write_report(out, out=tmp_path / f"fresh-{session}.html")  # read through the viewer's index
+        assert read_back == ["tasks.jsonl", "metrics.json"]
+        read_back.clear()
         assert fresh.read_text() == (out / "report.html").read_text()
     metrics = orjson.loads((out / "metrics.json").read_bytes())
     assert metrics["overall"]["n_rollouts_scored"] > 0 and metrics["journal_unreadable"] == 0

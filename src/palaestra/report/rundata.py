@@ -57,8 +57,11 @@ def _expected(run_dir: Path, repeats: int, problems: list[str]) -> dict[tuple[st
     return out
 
 
-def load_run_info(run_dir: str | Path) -> RunInfo:
-    """The run's manifest and expected slots; raises ReportError when ``run_dir`` holds no journal."""
+def load_run_info(run_dir: str | Path, *, expected: dict[tuple[str, str], int] | None = None) -> RunInfo:
+    """The run's manifest and expected slots; raises ReportError when ``run_dir`` holds no journal.
+
+    ``expected``: the slots as the caller knows them (the end of a run: the tasks it ran, which it has
+    just written to tasks.jsonl), so the snapshot is not read back and parsed line by line."""
     d = Path(run_dir)
     if not d.is_dir():
         raise ReportError(f"{d} is not a directory", hint="give the --out directory of a `palaestra eval run`")
@@ -74,7 +77,8 @@ def load_run_info(run_dir: str | Path) -> RunInfo:
         except orjson.JSONDecodeError as exc:
             problems.append(f"{d / RUN_JSON}: invalid JSON ({exc}); run details left out")
     repeats = manifest.get("repeats")
-    expected = _expected(d, int(repeats), problems) if isinstance(repeats, int) and repeats > 0 else None
+    if expected is None:
+        expected = _expected(d, int(repeats), problems) if isinstance(repeats, int) and repeats > 0 else None
     return RunInfo(d, manifest, expected, problems)
 
 
@@ -92,10 +96,13 @@ def stored_metrics(info: RunInfo) -> dict[str, Any] | None:
     return None
 
 
-def run_metrics(info: RunInfo, rows: list[Row], *, journal_problems: list[str] | None = None) -> dict[str, Any]:
+def run_metrics(info: RunInfo, rows: list[Row], *, journal_problems: list[str] | None = None,
+                metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """``metrics.json`` when it is at least as new as the journal (the numbers the run printed), else
-    metrics recomputed from the rows (a run in progress, or one killed before it wrote its metrics)."""
-    metrics = stored_metrics(info)
+    metrics recomputed from the rows (a run in progress, or one killed before it wrote its metrics).
+    ``metrics``: the run's metrics as the caller just wrote them (the end of a run), not read back."""
+    if metrics is None:
+        metrics = stored_metrics(info)
     if metrics is None:
         metrics = compute_metrics(rows, info.expected)
         if journal_problems:

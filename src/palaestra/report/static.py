@@ -129,13 +129,14 @@ def _read_details(info: RunInfo, read: JournalRead, order: list[int], cache: Tra
 
 
 def build_report(info: RunInfo, *, max_detail_bytes: int = DEFAULT_DETAIL_BYTES,
-                 journal: JournalRead | None = None, transcripts: TranscriptCache | None = None) -> bytes:
+                 journal: JournalRead | None = None, transcripts: TranscriptCache | None = None,
+                 metrics: dict[str, Any] | None = None) -> bytes:
     """The report page of a run, as UTF-8.
 
     ``journal``: the journal as the caller already read it (``rollout.results.read_run_journal``, which
     the end of a run shares with metrics.json), so it is not read and expanded a second time, and
     ``transcripts`` what that read-back encoded of it; without ``journal`` the journal is read here,
-    through the viewer's index."""
+    through the viewer's index. ``metrics``: the run's metrics.json as the caller just wrote it."""
     detail_source: Iterable[tuple[int, bytes | None]]
     if journal is not None:
         rows = journal.rows
@@ -146,7 +147,7 @@ def build_report(info: RunInfo, *, max_detail_bytes: int = DEFAULT_DETAIL_BYTES,
         index.advance()
         rows, problems = index.rows, index.problems
         detail_source = ((seq, _encoded(seq, rec)) for seq, rec in index.read_records(_priority_order(rows)))
-    metrics = run_metrics(info, rows, journal_problems=problems)
+    metrics = run_metrics(info, rows, journal_problems=problems, metrics=metrics)
     groups: dict[str, int] = {}
     json_rows = [r.to_json(groups) for r in rows]
     details, _ = _details(detail_source, max_detail_bytes) if rows else ({}, 0)
@@ -169,15 +170,19 @@ def build_report(info: RunInfo, *, max_detail_bytes: int = DEFAULT_DETAIL_BYTES,
 
 
 def write_report(run_dir: Path, *, out: Path | None = None, max_detail_bytes: int = DEFAULT_DETAIL_BYTES,
-                 journal: JournalRead | None = None, transcripts: TranscriptCache | None = None) -> Path:
+                 journal: JournalRead | None = None, transcripts: TranscriptCache | None = None,
+                 expected: dict[tuple[str, str], int] | None = None, metrics: dict[str, Any] | None = None
+                 ) -> Path:
     """Write ``RUN_DIR/report.html`` (or ``out``) atomically and return its path.
 
     Called at the end of every ``eval run``; safe on a run in progress or killed half-way (it reports what
-    the journal holds). Raises ReportError when ``run_dir`` is not a run directory. ``journal`` and ``transcripts``: see
-    ``build_report``.
+    the journal holds). Raises ReportError when ``run_dir`` is not a run directory. ``journal``,
+    ``transcripts`` and ``metrics``: see ``build_report``; ``expected``: see ``load_run_info``. The end of a
+    run passes all four, so nothing it has just written is read back.
     """
-    info = load_run_info(run_dir)
-    html = build_report(info, max_detail_bytes=max_detail_bytes, journal=journal, transcripts=transcripts)
+    info = load_run_info(run_dir, expected=expected)
+    html = build_report(info, max_detail_bytes=max_detail_bytes, journal=journal, transcripts=transcripts,
+                        metrics=metrics)
     target = Path(out) if out is not None else Path(run_dir) / REPORT
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
