@@ -7,7 +7,10 @@ Figures: throughput next to the bound it can reach, min(in-flight / latency, cor
 (the latency-bound ideal and the CPU-bound ceiling are printed too; ``one_core_ceiling_per_s`` is what one
 collector process can reach); memory per in-flight rollout (the highest RSS sampled while the journal
 was still growing, over a 20-row, 1-in-flight baseline, divided by the in-flight count: an upper bound,
-since the rows themselves are counted in it) and per rollout over the whole run (the peak RSS, which
+since the rows themselves are counted in it), the same at the margin (``kb_per_in_flight_marginal``: what
+a tenth as many in flight over the same rows held less while collecting, per rollout in flight less:
+the rows, the run's bounded journal keep and the report's bounded transcripts are the same in both, so
+what is left is the rollouts in flight) and per rollout over the whole run (the peak RSS, which
 includes writing metrics.json and report.html from every record);
 p50/p99 scheduling delay (how much longer each 200 ms model call took than 200 ms: event-loop
 congestion); the journal's record count, which must equal the rollouts asked for, each scored at its
@@ -118,8 +121,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         baseline = run(20, 1, 1, tmp)
+        fewer = max(1, in_flight // 10)
+        low = run(n, fewer, latency_ms, tmp, failure_rate)  # the same rows, a tenth as many in flight
         load = run(n, in_flight, latency_ms, tmp, failure_rate)
     problems = problems_of(load, n) + [f"baseline: {p}" for p in problems_of(baseline, 20)]
+    problems += [f"{fewer} in flight: {p}" for p in problems_of(low, n)]
     ideal = in_flight / (latency_ms / 1000)
     throughput = n / load["wall_s"]
     cpu_per_rollout = load["cpu_s"] / n
@@ -137,6 +143,9 @@ def main() -> None:
         "peak_rss_mb": round(load["peak_rss_mb"], 1), "collecting_peak_rss_mb": round(load["collecting_rss_mb"], 1),
         "baseline_peak_rss_mb": round(baseline["peak_rss_mb"], 1),
         "kb_per_in_flight_rollout": round(1024 * (load["collecting_rss_mb"] - baseline["peak_rss_mb"]) / in_flight, 2),
+        "kb_per_in_flight_marginal": round(1024 * (load["collecting_rss_mb"] - low["collecting_rss_mb"])
+                                           / max(in_flight - fewer, 1), 2),
+        "collecting_peak_rss_mb_at_a_tenth": round(low["collecting_rss_mb"], 1),
         "kb_per_rollout_whole_run": round(1024 * (load["peak_rss_mb"] - baseline["peak_rss_mb"]) / n, 2),
         "p50_scheduling_delay_ms": round(load["p50_delay_ms"] or 0.0, 2),
         "p99_scheduling_delay_ms": round(load["p99_delay_ms"] or 0.0, 2),

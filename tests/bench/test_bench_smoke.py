@@ -157,6 +157,8 @@ def test_load(started: dict[str, Started | str]) -> None:
     assert fig["rollouts_per_s"] > 0 and fig["ideal_latency_bound_per_s"] == 200.0
     assert fig["bound_per_s"] == min(fig["ideal_latency_bound_per_s"], fig["cpu_bound_ceiling_per_s"])
     assert fig["cpu_ms_per_rollout"] > 0 and fig["peak_rss_mb"] > 0 and fig["cores"] >= 1
+    # the margin: the same rows at a tenth as many in flight (here 1) ran too, and was measured while collecting
+    assert fig["collecting_peak_rss_mb_at_a_tenth"] > 0 and isinstance(fig["kb_per_in_flight_marginal"], float)
     assert 0 <= fig["p50_scheduling_delay_ms"] <= fig["p99_scheduling_delay_ms"]
 
 

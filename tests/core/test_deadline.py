@@ -1,19 +1,30 @@
-"""``core.deadline.within``: one timer for all the deadlines of one length, with what
-``asyncio.timeout`` gives a caller (the value, TimeoutError once due, a cancellation from elsewhere kept)."""
+"""``core.deadline.time_limit``: one timer for all the deadlines of one length, with what
+``asyncio.timeout`` gives a caller (the value, TimeoutError once due, a cancellation from elsewhere kept).
+
+Most tests put one awaitable under it (``within``, below); the last ones a block of several awaits, as the
+runner does with a rollout's phases."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import pytest
 
 from palaestra.core import deadline
-from palaestra.core.deadline import within
+from palaestra.core.deadline import time_limit
 
-pytestmark = pytest.mark.skipif(sys.version_info < (3, 11),
-                                reason="python3.11: on Python 3.10 within is asyncio.wait_for (no task cancel counts)")
+pytestmark = pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="python3.11: on Python 3.10 a deadline arms its own timer (no cancel counts)")
+
+T = TypeVar("T")
+
+
+async def within(aw: Awaitable[T], seconds: float) -> T:
+    with time_limit(seconds):
+        return await aw
 
 
 async def _never() -> None:
@@ -127,3 +138,32 @@ async def test_one_call_at_a_time_arms_one_timer_not_one_per_call(monkeypatch: p
     assert queue.timer is None and len(armed) == 1
     assert await within(_value(1), 7.5) == 1  # and the next deadline arms it again
     assert len(armed) == 2 and armed[1] > armed[0]
+
+
+async def test_a_block_of_several_awaits_is_one_deadline_and_its_locals_survive() -> None:
+    """The runner's use: the phases of a rollout in one block. What the block set before the deadline
+    passed is there after it (the phase it was in), and a block that ends in time leaves nothing held."""
+    phase = "none"
+    with pytest.raises(asyncio.TimeoutError), time_limit(0.02):
+        phase = "seed"
+        assert await _value(1) == 1
+        phase = "agent"
+        await _never()
+    assert phase == "agent"
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    with time_limit(0.02):
+        total = await _value(2) + await _value(3)
+    assert total == 5 and _queue(0.02).live == 0
+
+
+async def test_an_error_raised_in_the_block_comes_out_as_it_is() -> None:
+    with pytest.raises(KeyError), time_limit(30.0):
+        await _value(1)
+        raise KeyError("x")
+    assert _queue(30.0).live == 0
+
+
+def test_a_time_limit_outside_a_task_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="inside a task"), time_limit(1.0):
+        pass

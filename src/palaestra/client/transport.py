@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
-from palaestra.core.deadline import within
+from palaestra.core.deadline import time_limit
 
 if TYPE_CHECKING:  # imported when a network transport is first used: a run whose environments and model all
     import aiohttp  # live in-process never pays aiohttp's import (~0.1 s, most of it its default TLS contexts)
@@ -57,7 +57,8 @@ class NetworkTransport:
         """One request and its whole answer, within the transport's timeout (``core.deadline``: the requests
         in flight share one loop timer, where aiohttp's timeout arms and cancels one per request)."""
         try:
-            return await within(self._request(method, path, content), self._timeout)
+            with time_limit(self._timeout):
+                return await self._request(method, path, content)
         except asyncio.TimeoutError as exc:
             raise TransportFailure("timeout", f"no answer within {self._timeout:g} s") from exc
         except self._client_error as exc:

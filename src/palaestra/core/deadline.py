@@ -1,4 +1,4 @@
-"""Deadlines for many coroutines at once: ``within(aw, seconds)`` is ``await aw`` under a timeout, as
+"""Deadlines for many coroutines at once: ``with time_limit(seconds):`` is a block under a timeout, as
 ``asyncio.timeout`` gives it, at a fraction of its cost when thousands run together.
 
 Why not ``asyncio.timeout``: each one schedules a timer of its own. A timer is an object pushed on the
@@ -12,10 +12,10 @@ timer, when it fires, skips the ones that ended, cancels the ones that are due a
 the first still running. So a timer is armed about once per deadline's length, not once per call.
 
 What a caller sees is what ``asyncio.timeout`` gives: the awaiting task is cancelled when the deadline
-passes, and ``TimeoutError`` (``asyncio.TimeoutError``) comes out of ``within`` in place of the
+passes, and ``TimeoutError`` (``asyncio.TimeoutError``) comes out of the block in place of the
 cancellation; a cancellation from elsewhere stays a cancellation (the task's cancel count tells them
-apart, as it does for ``asyncio.timeout``). Python 3.10 has no cancel count: there ``within`` is
-``asyncio.wait_for``."""
+apart, as it does for ``asyncio.timeout``). Python 3.10 has no cancel count: there each deadline arms a
+timer of its own."""
 
 from __future__ import annotations
 
@@ -23,12 +23,11 @@ import asyncio
 import sys
 import weakref
 from collections import deque
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any
 
-__all__ = ["within"]
+__all__ = ["time_limit"]
 
-T = TypeVar("T")
 
 _LIVE, _DONE, _EXPIRED = 0, 1, 2
 
@@ -114,26 +113,56 @@ def _queue(loop: asyncio.AbstractEventLoop, seconds: float) -> _Queue:
     return queue
 
 
-async def within(aw: Awaitable[T], seconds: float) -> T:
-    """``await aw``, raising ``asyncio.TimeoutError`` once ``seconds`` have passed (the task awaiting is
-    cancelled then, as under ``asyncio.timeout``)."""
-    if sys.version_info < (3, 11):
-        return await asyncio.wait_for(aw, seconds)
-    task = asyncio.current_task()
-    if task is None:
-        raise RuntimeError("within() must be awaited inside a task")
-    queue = _queue(task.get_loop(), seconds)
-    cancelling = task.cancelling()
-    deadline = queue.add(task)
-    try:
-        return await aw
-    except asyncio.CancelledError:
-        if deadline.state == _EXPIRED:
-            deadline.state = _DONE  # its cancellation is taken back here, once
-            if task.uncancel() <= cancelling:  # and nothing else cancelled the task meanwhile
+class time_limit:
+    """``with time_limit(seconds):`` — the block, in the current task, under a deadline: the task is cancelled
+    when it passes and ``asyncio.TimeoutError`` comes out of the block in place of the cancellation; a
+    cancellation from elsewhere stays a cancellation.
+
+    A plain ``with``, not a coroutine: entering and leaving need no await, so a block under a deadline costs
+    no coroutine of its own (nor the closure a caller would otherwise wrap the block in), which is memory
+    held by every rollout in flight and work done on every resume of the task. On Python 3.10 (no cancel
+    counts) the deadline arms a timer of its own that cancels the task, and a cancellation that meets an
+    expired deadline is read as the timeout."""
+
+    __slots__ = ("_cancelling", "_entry", "_expired", "_handle", "_queue", "_task", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __enter__(self) -> None:
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no event loop running in this thread
+            task = None
+        if task is None:
+            raise RuntimeError("a time_limit must be entered inside a task (a coroutine run by asyncio)")
+        self._task = task
+        if sys.version_info < (3, 11):
+            self._expired = False
+            self._handle = task.get_loop().call_later(self.seconds, self._expire)
+            return
+        self._queue = queue = _queue(task.get_loop(), self.seconds)
+        self._cancelling = task.cancelling()
+        self._entry = queue.add(task)
+
+    def _expire(self) -> None:  # Python 3.10
+        self._expired = True
+        self._task.cancel()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if sys.version_info < (3, 11):
+            self._handle.cancel()
+            if self._expired and exc_type is asyncio.CancelledError:
                 raise asyncio.TimeoutError from None
-        raise
-    finally:
-        if deadline.state == _EXPIRED:  # expired, but the cancellation did not reach ``aw``: take it back
-            task.uncancel()
-        queue.end(deadline)
+            return
+        entry = self._entry
+        try:
+            if entry.state == _EXPIRED:
+                # Its cancellation is taken back here, once, whether or not it reached the block. It is the
+                # timeout only if it did, and nothing else cancelled the task meanwhile.
+                entry.state = _DONE
+                if self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+                    raise asyncio.TimeoutError from None
+        finally:
+            self._queue.end(entry)

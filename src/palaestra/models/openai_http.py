@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from palaestra.core.deadline import within
+from palaestra.core.deadline import time_limit
 from palaestra.core.errors import ConfigError, ModelError
 from palaestra.core.secrets import read_secret_file, redact_url
 from palaestra.models.base import CallContext
@@ -258,7 +258,8 @@ class OpenAIBackend:
             delay: float | None = None
             try:
                 async with semaphore:
-                    status, payload, headers = await within(self._send(session, url, content), self.timeout)
+                    with time_limit(self.timeout):
+                        status, payload, headers = await self._send(session, url, content)
             except aiohttp.InvalidURL as exc:
                 raise ModelError(f"model URL {shown} is not valid: {redact_url(str(exc))}",
                                  hint="fix the model base_url") from exc

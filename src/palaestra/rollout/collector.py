@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -132,26 +133,12 @@ class Collector:
     async def _one(self, task: Task, repeat: int, first_attempt: int, journal: Appender) -> None:
         """Attempts until scored or out of attempts; each attempt is journaled before the next starts."""
         spec = self.model_spec(task)
-        env: EnvClient = self.envs[task.env].client
-        agent = self.agents[task.agent or self.cfg.agent]
         route, proxy, shown, with_reference = self._model(spec)
-        gate = self.gates.get(task.env)
-
-        async def run(n: int) -> Rollout:
-            kw: dict[str, Any] = {"env": env, "agent": agent, "repeat": repeat, "attempt": n,
-                                  "deadline_s": self.cfg.deadline_s, "sampling": self._sampling(repeat)}
-            if proxy is None:
-                assert route is not None
-                return await run_cascade(task, route, spec, self.models, **kw)
-            return await run_rollout(task, proxy=proxy, model_name=shown, with_reference=with_reference, **kw)
-
-        async def gated(n: int) -> Rollout:
-            assert gate is not None
-            async with gate:  # waited for outside the rollout's deadline: queueing is not the rollout's time
-                return await run(n)
-
-        await attempts_until_scored(run if gate is None else gated, first_attempt, self.cfg.max_attempts, journal,
-                                    self.on_rollout, task=task, on_journaled=self.on_journaled)
+        agent = self.agents[task.agent or self.cfg.agent]
+        attempt = _Attempt(self, task, repeat, spec, self.envs[task.env].client, agent, route, proxy, shown,
+                           with_reference, self.gates.get(task.env))
+        await attempts_until_scored(attempt, first_attempt, self.cfg.max_attempts, journal, self.on_rollout,
+                                    task=task, on_journaled=self.on_journaled)
 
     async def collect(self, pending: list[tuple[Task, int, int]]) -> None:
         await self._setup()
@@ -162,6 +149,42 @@ class Collector:
             self.written = journal.written
         finally:
             await self._teardown()
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """``attempt(n)``: attempt ``n`` of one (task, repeat), with what every attempt of it needs looked up
+    once. One small object, where closures over the same names made a cell for each and two functions,
+    all held by every rollout in flight for its whole life (65,000 in flight: ``bench/load.py``)."""
+
+    collector: Collector
+    task: Task
+    repeat: int
+    spec: str
+    env: EnvClient
+    agent: Agent
+    route: RouteSpec | None
+    proxy: ModelProxy | None
+    shown: str
+    with_reference: bool
+    gate: asyncio.Semaphore | None
+
+    async def __call__(self, n: int) -> Rollout:
+        if self.gate is None:
+            return await self._rollout(n)
+        async with self.gate:  # waited for outside the rollout's deadline: queueing is not the rollout's time
+            return await self._rollout(n)
+
+    def _rollout(self, n: int) -> Coroutine[Any, Any, Rollout]:
+        """The attempt's coroutine (not a coroutine itself: one fewer frame held while it runs)."""
+        c = self.collector
+        kw: dict[str, Any] = {"env": self.env, "agent": self.agent, "repeat": self.repeat, "attempt": n,
+                              "deadline_s": c.cfg.deadline_s, "sampling": c._sampling(self.repeat)}
+        if self.proxy is None:
+            assert self.route is not None
+            return run_cascade(self.task, self.route, self.spec, c.models, **kw)
+        return run_rollout(self.task, proxy=self.proxy, model_name=self.shown, with_reference=self.with_reference,
+                           **kw)
 
 
 async def attempts_until_scored(attempt: Callable[[int], Awaitable[Rollout]], first_attempt: int, max_attempts: int,

@@ -12,7 +12,7 @@ from palaestra.adapters import nemo_gym_rows as nemo_rows
 from palaestra.agents.base import Agent, BackendChat, ToolSurface
 from palaestra.client.env_client import EnvClient
 from palaestra.core import ids
-from palaestra.core.deadline import within
+from palaestra.core.deadline import time_limit
 from palaestra.core.errors import EnvironmentFailure, InfraError, PalaestraError
 from palaestra.core.records import ModelCallRecord, Outcome, Rollout, Task, Trajectory, Usage, Verdict
 from palaestra.models.base import CallContext
@@ -70,33 +70,30 @@ async def run_rollout(
     session_id: str | None = None
     phase = "seed"
 
-    async def phases() -> None:
-        nonlocal session_id, traj, verdict, phase
-        t0 = time.perf_counter()
-        ref = await env.reference(task) if with_reference else None
-        proxy.register(rid, CallContext(rollout_id=rid, task=task, reference=ref))
-        session = await open_session(env, task)
-        session_id = session.session_id
-        timings["seed_s"] = time.perf_counter() - t0
-
-        phase = "agent"
-        t0 = time.perf_counter()
-        surface = ToolSurface(env, session)
-        # a NeMo Gym row's own request settings (tool_choice, sampling, ...), under the run's flags
-        run_sampling = dict(sampling or {})
-        tool_choice = run_sampling.pop("tool_choice", None)  # only for requests with tools: BackendChat adds it
-        call_settings = {**nemo_rows.task_settings(task), **run_sampling}
-        traj = await agent.run(task, session, surface, BackendChat(proxy, rid, tool_choice=tool_choice),
-                               call_settings)
-        timings["agent_s"] = time.perf_counter() - t0
-
-        phase = "verify"
-        t0 = time.perf_counter()
-        verdict = await env.verify(session_id, traj)
-        timings["verify_s"] = time.perf_counter() - t0
-
     try:
-        await within(phases(), deadline_s)  # one deadline over model, tools and verify
+        with time_limit(deadline_s):  # one deadline over model, tools and verify
+            t0 = time.perf_counter()
+            ref = await env.reference(task) if with_reference else None
+            proxy.register(rid, CallContext(rollout_id=rid, task=task, reference=ref))
+            session = await open_session(env, task)
+            session_id = session.session_id
+            timings["seed_s"] = time.perf_counter() - t0
+
+            phase = "agent"
+            t0 = time.perf_counter()
+            surface = ToolSurface(env, session)
+            # a NeMo Gym row's own request settings (tool_choice, sampling, ...), under the run's flags
+            run_sampling = dict(sampling or {})
+            tool_choice = run_sampling.pop("tool_choice", None)  # only for requests with tools: BackendChat adds it
+            call_settings = {**nemo_rows.task_settings(task), **run_sampling}
+            traj = await agent.run(task, session, surface, BackendChat(proxy, rid, tool_choice=tool_choice),
+                                   call_settings)
+            timings["agent_s"] = time.perf_counter() - t0
+
+            phase = "verify"
+            t0 = time.perf_counter()
+            verdict = await env.verify(session_id, traj)
+            timings["verify_s"] = time.perf_counter() - t0
     except asyncio.TimeoutError:
         outcome = Outcome(status="timed_out", kind="timeout",
                           message=f"rollout deadline of {deadline_s:g} s passed during {phase}")
@@ -114,7 +111,8 @@ async def run_rollout(
         if session_id is not None:
             t0 = time.perf_counter()
             try:
-                await within(env.close(session_id), 10.0)
+                with time_limit(10.0):
+                    await env.close(session_id)
             except Exception:  # the session TTL frees it eventually; the verdict stands
                 pass
             timings["close_s"] = time.perf_counter() - t0
