@@ -9,8 +9,8 @@
   python bench/overhead.py core --tiny   # any of them at a smoke-test size (tests/bench runs this)
 
 Knobs: N (core tasks, default 2000), ENV (workplace), COLLECT_N (rollouts at 0 ms, default 2000),
-FLOOR_N (floor rollouts, default 4000), FLOOR_CODE_N (sandboxed code rollouts, default 300), SANDBOX (their
-provider, default local), ROUNDS (floor rounds, default 3).
+FLOOR_N (floor rollouts, default 2000), FLOOR_CODE_N (sandboxed code rollouts, default 300), SANDBOX (their
+provider, default local), ROUNDS (floor rounds, default 5).
 
 The floor (``floor``): a client doing only what a rollout must, each a child process measured by wait4,
 against the same `palaestra model serve` oracle on 127.0.0.1: one aiohttp POST (the client library of
@@ -23,7 +23,10 @@ also runs each answer with its tests as `python -I -S -c` in a plain child proce
 marginal CPU, (CPU of an N-rollout run − CPU of a 2-rollout run) / (N − 2), so interpreter start-up and
 imports count for neither (two rollouts of two tasks, not one: a run of more than one task imports numpy
 for its bootstrap interval, 0.1 s that would otherwise count as 25-50 µs per rollout); rounds interleave
-floor and Palaestra, and the lowest of each is kept (the least disturbed by other load on the machine)."""
+floor and Palaestra, and the lowest of each is kept (the least disturbed by other load on the machine).
+Five rounds of 2,000 by default, not three of 4,000: in the same time, more rounds give each side more
+chances of a round the machine left alone (on a shared VM one round in three can run 30-80 % over its
+side's lowest), and the CPU per rollout does not depend on N between 2,000 and 8,000 (docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -327,9 +330,9 @@ def main() -> None:
         raise SystemExit(f"unknown case {what!r}: use core, collect, http, floor or all (and --tiny for a smoke "
                          "run)")
     if what == "floor":
-        fn = int(os.environ.get("FLOOR_N", "200" if tiny else "4000"))  # marginal CPU needs a few hundred
+        fn = int(os.environ.get("FLOOR_N", "200" if tiny else "2000"))  # marginal CPU needs a few hundred
         code_n = int(os.environ.get("FLOOR_CODE_N", "20" if tiny else "300"))
-        print(json.dumps(floor_case(fn, int(os.environ.get("ROUNDS", "1" if tiny else "3")), code_n=code_n,
+        print(json.dumps(floor_case(fn, int(os.environ.get("ROUNDS", "1" if tiny else "5")), code_n=code_n,
                                     sandbox=os.environ.get("SANDBOX", "local"))), flush=True)
         return
     n = int(os.environ.get("N", "20" if tiny else "2000"))
