@@ -6,8 +6,8 @@ per round and one summary line (the last).
 
     python bench/scale.py
 
-Knobs: N (rollouts per run, default 10000), CONCURRENCY (in flight, 64), LATENCY_MS (0), ENV (mcqa),
-WORKERS (comma list of worker counts, default 1,2), ROUNDS (3); RAY=1 adds the Ray collector
+Knobs: N (rollouts per run, default 40000), CONCURRENCY (in flight, 64), LATENCY_MS (0), ENV (mcqa),
+WORKERS (comma list of worker counts, default 1,2), ROUNDS (5); RAY=1 adds the Ray collector
 (`--cluster ray:HOST:PORT?workers=W`, a private one-node cluster on 127.0.0.1) for the same worker
 counts, PLACEMENT (direct | ray: environment replicas) applying to it.
 
@@ -97,13 +97,15 @@ def _summary(rounds: list[dict[str, Any]], modes: list[str]) -> dict[str, Any]:
 
 
 def main() -> None:
-    n = int(os.environ.get("N", "10000"))
+    # 40,000: two workers collect them in ~6 s, so a hiccup of a shared machine (a few hundred ms) moves one
+    # run's rate by a few percent, where 10,000 (~1.5 s) let it move a round's ratio by a fifth
+    n = int(os.environ.get("N", "40000"))
     conc = int(os.environ.get("CONCURRENCY", "64"))
     latency = int(os.environ.get("LATENCY_MS", "0"))
     env_name = os.environ.get("ENV", "mcqa")
     placement = os.environ.get("PLACEMENT", "direct")
     workers = [int(w) for w in os.environ.get("WORKERS", "1,2").split(",")]
-    n_rounds = int(os.environ.get("ROUNDS", "3"))
+    n_rounds = int(os.environ.get("ROUNDS", "5"))
     with_ray = os.environ.get("RAY", "") == "1"
     tmp = Path(tempfile.mkdtemp(prefix="pal-scale-", dir="/tmp"))
     head = None
