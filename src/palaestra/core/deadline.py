@@ -153,7 +153,7 @@ class time_limit:
                  tb: TracebackType | None) -> None:
         if sys.version_info < (3, 11):
             self._handle.cancel()
-            if self._expired and exc_type is asyncio.CancelledError:
+            if self._expired and exc_type is not None and issubclass(exc_type, asyncio.CancelledError):
                 raise asyncio.TimeoutError from None
             return
         entry = self._entry
@@ -162,7 +162,8 @@ class time_limit:
                 # Its cancellation is taken back here, once, whether or not it reached the block. It is the
                 # timeout only if it did, and nothing else cancelled the task meanwhile.
                 entry.state = _DONE
-                if self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+                if self._task.uncancel() <= self._cancelling and exc_type is not None and issubclass(
+                        exc_type, asyncio.CancelledError):
                     raise asyncio.TimeoutError from None
         finally:
             self._queue.end(entry)
